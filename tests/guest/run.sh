@@ -1,0 +1,119 @@
+#!/bin/bash
+# Run a command as root inside a QEMU TCG guest with real OpenZFS.
+#
+#   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
+#          [--timeout SECONDS] [--results DIR] -- <command...>
+#
+# The guest sees the project root read-only at /src (also its cwd), a
+# writable results dir at /results, and N blank virtio disks as
+# /dev/disk/by-id/virtio-zfsng-d1..dN. Output streams to this terminal and to
+# <results>/output.log. Exits with the command's exit code; 124 if the guest
+# timed out, 125 if it stopped without reporting one.
+#
+# Defaults: --zfs 2.1, --disks 6, --disk-size 1G, --mem 3072, --timeout 2400.
+# --results DIR keeps the results dir (created if needed; otherwise it is a
+# temp dir removed at exit, like the disks and the root overlay).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+
+zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results=
+usage() {
+    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --zfs) zfs=${2:?}; shift 2 ;;
+        --disks) disks=${2:?}; shift 2 ;;
+        --disk-size) disk_size=${2:?}; shift 2 ;;
+        --mem) mem=${2:?}; shift 2 ;;
+        --timeout) timeout=${2:?}; shift 2 ;;
+        --results) results=${2:?}; shift 2 ;;
+        --) shift; break ;;
+        -h | --help) usage ;;
+        *) echo "run.sh: unknown option $1" >&2; usage ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "run.sh: no command given" >&2; usage; }
+[[ "$disks" =~ ^[0-9]+$ ]] || { echo "run.sh: --disks wants a number" >&2; exit 2; }
+
+img=$(bash "$here/build-image.sh" "$zfs")
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-run.XXXXXX")
+qemu_pid=
+cleanup() {
+    [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -n "$results" ]; then
+    mkdir -p "$results"
+    results=$(cd "$results" && pwd)
+    rm -f "$results/rc" "$results/output.log" "$results/cmd.sh"
+else
+    results="$tmp/results"
+    mkdir "$results"
+fi
+
+# The command, quoted for bash, run by the guest init with cwd /src.
+{
+    echo '#!/bin/bash'
+    printf 'exec'
+    printf ' %q' "$@"
+    echo
+} >"$results/cmd.sh"
+
+# A throwaway overlay keeps the cached root image untouched.
+qemu-img create -q -f qcow2 -b "$img/rootfs.img" -F raw "$tmp/root.qcow2"
+
+drives=()
+for ((i = 1; i <= disks; i++)); do
+    truncate -s "$disk_size" "$tmp/d$i.raw"
+    # cache=unsafe: the disks are thrown away, so flushes need not reach the
+    # host (ZFS flushes at every txg; honouring them is slow for nothing).
+    drives+=(-drive "file=$tmp/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
+        -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
+done
+
+# mitigations=off: page-table isolation and friends are costly under TCG and
+# protect nothing in a throwaway guest. panic=1 with -no-reboot makes a dying
+# init end qemu instead of hanging until the timeout.
+append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
+append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
+
+echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB" >&2
+start=$SECONDS
+# stdin from /dev/null: with -nographic qemu would otherwise put the terminal
+# in raw mode and swallow Ctrl-C; this way Ctrl-C stops the run.
+set +e
+timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp 2 -m "$mem" \
+    -nographic -no-reboot -nic none \
+    -kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append" \
+    -drive "file=$tmp/root.qcow2,format=qcow2,if=virtio,cache=unsafe" \
+    "${drives[@]}" \
+    -device virtio-rng-pci \
+    -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \
+    -virtfs "local,path=$results,mount_tag=results,security_model=none" \
+    </dev/null &
+qemu_pid=$!
+wait "$qemu_pid"
+qrc=$?
+qemu_pid=
+set -e
+echo "run.sh: guest ran $((SECONDS - start))s" >&2
+
+if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
+    echo "run.sh: ERROR: guest timed out after ${timeout}s (see output above)" >&2
+    exit 124
+fi
+if [ ! -s "$results/rc" ]; then
+    echo "run.sh: ERROR: guest stopped (qemu exit $qrc) without reporting an exit code" >&2
+    exit 125
+fi
+rc=$(cat "$results/rc")
+[ "$rc" -eq 0 ] || echo "run.sh: command exited $rc" >&2
+exit "$rc"

@@ -1,0 +1,278 @@
+"""device-config: what ``xe sr-create device-config:...`` may say, checked.
+
+Parsing is pure (no command runs) so a bad value is refused before anything
+touches a disk. The result is an ``SrConfig``; ``KEYS`` documents every key
+for Plugin.Query (``xe sm-list`` shows it).
+"""
+
+import re
+
+from zfsng import names
+from zfsng.errors import InvalidConfiguration
+
+SOURCE_KEYS = ("device", "file-uri", "vdev", "zpool", "dataset")
+
+KEYS = {
+    "device": "Comma-separated block devices to build a new pool on "
+              "(striped), e.g. /dev/sdb or /dev/sdb,/dev/sdc",
+    "file-uri": "Same as device, as file:// URIs, e.g. file:///dev/sdb",
+    "vdev": "Any zpool layout as zpool create takes it, e.g. "
+            "'mirror /dev/sdb /dev/sdc log /dev/nvme0n1'",
+    "zpool": "Adopt this existing, imported pool: the SR lives in a child "
+             "dataset zfsng-<sr uuid>; the pool itself is never exported or "
+             "destroyed by zfs-ng",
+    "dataset": "Adopt this existing filesystem dataset (pool/path): the SR "
+               "lives in a child dataset zfsng-<sr uuid>",
+    "pool-name": "Name of the pool to create (default: the SR name-label if "
+                 "it is a valid unused pool name, else zfsng-<uuid prefix>)",
+    "compression": "off, lz4 (default), zstd, zstd-1..19, gzip, gzip-1..9",
+    "volblocksize": "Block size of every VDI zvol, 4K..128K "
+                    "(default 16K)",
+    "ashift": "Pool sector size exponent, 9..16 (default: detected by ZFS)",
+    "provisioning": "thin (default) or thick (VDIs fully reserved)",
+    "sync": "standard (default), always or disabled",
+    "dedup": "off (default), on or verify; costs RAM and write speed",
+    "force": "true to use disks that carry an old filesystem, partition "
+             "table or pool label (their data is lost); default false",
+    "pool-guid": "Set by zfs-ng: the pool's guid, to find it again",
+    "sr_uuid": "Set by zfs-ng: the SR's uuid",
+}
+
+# xapi adds no key of its own to an SMAPIv3 device-config (SRmaster is
+# SMAPIv1 only), so every key must be one of KEYS.
+
+POOL_OPTION_KEYS = ("pool-name", "ashift", "force")
+COMPRESSION_RE = re.compile(r"^(off|lz4|zstd|zstd-([1-9]|1[0-9])|gzip|"
+                            r"gzip-[1-9])$")
+SIZE_RE = re.compile(r"^([0-9]+)([kKmM]?)$")
+GROUP_MIN_DEVICES = {"mirror": 2, "raidz": 2, "raidz1": 2, "raidz2": 3,
+                     "raidz3": 4}
+CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
+DEFAULT_VOLBLOCKSIZE = 16 * 1024
+
+
+class SrConfig(object):
+    """A checked device-config. ``source`` says where the SR lives:
+    "pool" (zfs-ng creates a pool from ``vdev_args``), "zpool" or
+    "dataset" (adopted: the SR is a child of ``parent``)."""
+
+    def __init__(self):
+        self.source = None
+        self.devices = []        # leaf device paths, in order given
+        self.vdev_args = []      # the vdev part of zpool create's argv
+        self.parent = None       # adopted pool or dataset
+        self.pool_name = None
+        self.compression = "lz4"
+        self.volblocksize = DEFAULT_VOLBLOCKSIZE
+        self.ashift = None
+        self.provisioning = "thin"
+        self.sync = None
+        self.dedup = "off"
+        self.force = False
+        self.pool_guid = None
+        self.sr_uuid = None
+
+
+def _no_option_like(key, value):
+    if value.startswith("-") or re.search(r"\s-", value):
+        raise InvalidConfiguration(
+            "device-config:%s=%r: values may not contain options "
+            "(nothing may start with '-')" % (key, value))
+
+
+def _split_list(key, value):
+    items = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not v for v in items):
+        raise InvalidConfiguration(
+            "device-config:%s=%r: give one or more comma-separated devices"
+            % (key, value))
+    return items
+
+
+def _devices_from_uri(value):
+    devices = []
+    for uri in _split_list("file-uri", value):
+        if not uri.startswith("file://"):
+            raise InvalidConfiguration(
+                "device-config:file-uri: %r is not a file:// URI (example: "
+                "file:///dev/sdb)" % uri)
+        devices.append(uri[len("file://"):])
+    return devices
+
+
+def parse_vdev(value):
+    """Check a zpool layout; return (argv words, leaf devices).
+
+    Groups are [word, class, device count]: plain devices before any keyword
+    are data vdevs, a group word (mirror, raidzN) collects the devices after
+    it, a class word (log, cache, ...) starts a section of its own.
+    """
+    words = value.split()
+    groups, devices, current, section = [], [], None, None
+    for word in words:
+        if word in CLASS_WORDS:
+            if not any(g[1] is None for g in groups):
+                raise InvalidConfiguration(
+                    "device-config:vdev: data devices must come before '%s'"
+                    % word)
+            section = word
+            current = [word, word, 0]
+        elif word in GROUP_MIN_DEVICES:
+            if section in ("cache", "spare"):
+                raise InvalidConfiguration(
+                    "device-config:vdev: %s devices cannot be in a %s group"
+                    % (section, word))
+            current = [word, section, 0]
+        elif word.startswith("/"):
+            names.check_device_path(word, "device-config:vdev device")
+            devices.append(word)
+            if current is None:
+                current = ["device", None, 0]
+                groups.append(current)
+            current[2] += 1
+            continue
+        else:
+            raise InvalidConfiguration(
+                "device-config:vdev: %r is neither a device path (/dev/...) "
+                "nor one of %s" % (word, ", ".join(
+                    sorted(GROUP_MIN_DEVICES) + list(CLASS_WORDS))))
+        groups.append(current)
+    for word, _, count in groups:
+        need = GROUP_MIN_DEVICES.get(word, 1)
+        if count < need:
+            raise InvalidConfiguration(
+                "device-config:vdev: '%s' needs at least %d device(s), got %d"
+                % (word, need, count))
+    if not devices:
+        raise InvalidConfiguration("device-config:vdev names no device")
+    _check_unique(devices)
+    return words, devices
+
+
+def _check_unique(devices):
+    seen = set()
+    for dev in devices:
+        if dev in seen:
+            raise InvalidConfiguration("device %s is named twice" % dev)
+        seen.add(dev)
+
+
+def _parse_size(key, value):
+    match = SIZE_RE.match(value)
+    if not match:
+        raise InvalidConfiguration(
+            "device-config:%s=%r: give a size such as 16K or 16384"
+            % (key, value))
+    number = int(match.group(1))
+    return number * {"": 1, "k": 1024, "m": 1024 ** 2}[match.group(2).lower()]
+
+
+def _choice(key, value, choices):
+    if value not in choices:
+        raise InvalidConfiguration(
+            "device-config:%s=%r: use one of %s" % (key, value,
+                                                     ", ".join(choices)))
+    return value
+
+
+def _parse_options(cfg, config):
+    if "compression" in config:
+        if not COMPRESSION_RE.match(config["compression"]):
+            raise InvalidConfiguration(
+                "device-config:compression=%r: use off, lz4, zstd, "
+                "zstd-1..19, gzip or gzip-1..9" % config["compression"])
+        cfg.compression = config["compression"]
+    if "volblocksize" in config:
+        size = _parse_size("volblocksize", config["volblocksize"])
+        if size < 4096 or size > 131072 or size & (size - 1):
+            raise InvalidConfiguration(
+                "device-config:volblocksize=%r: use a power of two from 4K "
+                "to 128K" % config["volblocksize"])
+        cfg.volblocksize = size
+    if "ashift" in config:
+        value = config["ashift"]
+        if not value.isdigit() or not 9 <= int(value) <= 16:
+            raise InvalidConfiguration(
+                "device-config:ashift=%r: use a number from 9 to 16 (12 for "
+                "4K-sector disks)" % value)
+        cfg.ashift = int(value)
+    if "provisioning" in config:
+        cfg.provisioning = _choice("provisioning", config["provisioning"],
+                                   ("thin", "thick"))
+    if "sync" in config:
+        cfg.sync = _choice("sync", config["sync"],
+                           ("standard", "always", "disabled"))
+    if "dedup" in config:
+        cfg.dedup = _choice("dedup", config["dedup"], ("off", "on", "verify"))
+    if "force" in config:
+        cfg.force = _choice("force", config["force"],
+                            ("true", "false")) == "true"
+    if "pool-name" in config:
+        cfg.pool_name = names.check_pool_name(config["pool-name"],
+                                              "device-config:pool-name")
+
+
+def _parse_source(cfg, config, need_source):
+    given = [k for k in SOURCE_KEYS if k in config]
+    if len(given) > 1:
+        raise InvalidConfiguration(
+            "device-config: give only one of %s (got %s)"
+            % (", ".join(SOURCE_KEYS), ", ".join(given)))
+    if not given:
+        if need_source:
+            raise InvalidConfiguration(
+                "device-config: say where the SR lives with one of %s"
+                % ", ".join(SOURCE_KEYS))
+        return
+    key = given[0]
+    value = config[key]
+    if key in ("device", "file-uri"):
+        devices = (_split_list(key, value) if key == "device"
+                   else _devices_from_uri(value))
+        for dev in devices:
+            names.check_device_path(dev, "device-config:%s" % key)
+        _check_unique(devices)
+        cfg.source, cfg.devices, cfg.vdev_args = "pool", devices, devices
+    elif key == "vdev":
+        cfg.source = "pool"
+        cfg.vdev_args, cfg.devices = parse_vdev(value)
+    elif key == "zpool":
+        cfg.source = "zpool"
+        cfg.parent = names.check_pool_name(value, "device-config:zpool")
+    else:
+        cfg.source = "dataset"
+        cfg.parent = names.check_dataset_name(value, "device-config:dataset")
+    if cfg.source != "pool":
+        misplaced = [k for k in POOL_OPTION_KEYS if k in config]
+        if misplaced:
+            raise InvalidConfiguration(
+                "device-config: %s only apply when zfs-ng creates the pool "
+                "(device, file-uri or vdev), not with %s"
+                % (", ".join(misplaced), key))
+
+
+def parse(config, need_source=True):
+    """Check a device-config dict and return an SrConfig.
+
+    Raises InvalidConfiguration naming the key and what to do. Nothing runs.
+    """
+    unknown = sorted(k for k in config if k not in KEYS)
+    if unknown:
+        raise InvalidConfiguration(
+            "device-config: unknown key(s) %s; known keys: %s"
+            % (", ".join(unknown), ", ".join(sorted(KEYS))))
+    for key, value in config.items():
+        _no_option_like(key, value)
+    cfg = SrConfig()
+    _parse_source(cfg, config, need_source)
+    _parse_options(cfg, config)
+    if "pool-guid" in config:
+        if not config["pool-guid"].isdigit():
+            raise InvalidConfiguration("device-config:pool-guid must be a "
+                                       "number, got %r" % config["pool-guid"])
+        cfg.pool_guid = config["pool-guid"]
+    if "sr_uuid" in config:
+        cfg.sr_uuid = names.check_uuid(config["sr_uuid"],
+                                       "device-config:sr_uuid",
+                                       InvalidConfiguration)
+    return cfg

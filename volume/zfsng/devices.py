@@ -1,0 +1,107 @@
+"""Checks that the disks an admin names are safe to turn into a pool.
+
+SR.create must refuse, before it writes anything, a device that does not
+exist, is mounted or used as swap, is held by LVM/dm/md, belongs to an
+imported pool, or (without ``force=true``) carries a filesystem, partition
+table or pool label. Each refusal names the device and what to do.
+
+Everything is asked of lsblk, blkid and zpool through the command runner,
+so the checks run the same against a fake in unit tests.
+"""
+
+import os
+import re
+
+from zfsng import errors, runner, zfs
+
+_PAIR_RE = re.compile(r'([A-Z:-]+)="([^"]*)"')
+_HOLDER_TYPES = ("lvm", "crypt", "dm", "mpath", "md", "raid0", "raid1",
+                 "raid4", "raid5", "raid6", "raid10", "linear")
+
+
+def _lsblk(device):
+    """Rows (dicts NAME/TYPE/MOUNTPOINT) for the device and its children."""
+    result = runner.run(["lsblk", "-n", "-l", "-p", "-P",
+                         "-o", "NAME,TYPE,MOUNTPOINT", device])
+    if result.rc != 0:
+        raise errors.DeviceNotFound(
+            "device %s: %s" % (device, result.err.strip() or
+                               "not found or not a block device"))
+    return [dict(_PAIR_RE.findall(line)) for line in result.out.splitlines()
+            if line.strip()]
+
+
+def _signatures(device):
+    """What blkid recognises on the device ({} when it is blank)."""
+    result = runner.run(["blkid", "-p", "-o", "export", device])
+    if result.rc == 2:          # blkid: nothing found
+        return {}
+    if result.rc != 0:
+        raise errors.DeviceNotFound("device %s: blkid: %s"
+                                    % (device, result.err.strip()))
+    found = {}
+    for line in result.out.splitlines():
+        key, _, value = line.partition("=")
+        if key in ("TYPE", "PTTYPE", "LABEL"):
+            found[key] = value
+    return found
+
+
+def _pool_members():
+    """{real device path: pool name} for every leaf of every imported pool."""
+    members = {}
+    for pool in zfs.list_pools():
+        for path in zfs.pool_leaf_devices(pool["name"]):
+            members[os.path.realpath(path)] = pool["name"]
+    return members
+
+
+def _check_family(device, rows, members):
+    for row in rows:
+        name, kind = row.get("NAME", ""), row.get("TYPE", "")
+        mount = row.get("MOUNTPOINT", "")
+        if mount == "[SWAP]":
+            raise errors.DeviceInUse("device %s: %s is in use as swap"
+                                     % (device, name))
+        if mount:
+            raise errors.DeviceInUse("device %s: %s is mounted on %s"
+                                     % (device, name, mount))
+        if kind in _HOLDER_TYPES:
+            raise errors.DeviceInUse(
+                "device %s is held by %s (%s); release it first"
+                % (device, name, kind))
+        pool = members.get(os.path.realpath(name))
+        if pool:
+            raise errors.DeviceInUse(
+                "device %s (%s) belongs to imported pool '%s'"
+                % (device, name, pool))
+
+
+def check_free(devices, force):
+    """Raise unless every device can become part of a new pool."""
+    members = _pool_members()
+    for device in devices:
+        _check_family(device, _lsblk(device), members)
+    if force:
+        return
+    for device in devices:
+        found = _signatures(device)
+        if found:
+            what = ", ".join("%s=%s" % kv for kv in sorted(found.items()))
+            raise errors.DeviceHasData(
+                "device %s is not blank (%s); if its data may be destroyed, "
+                "add device-config:force=true" % (device, what))
+
+
+def wipe(devices):
+    """Remove the signatures zfs-ng's pool left (labels, partition table).
+
+    Used after SR.destroy so the disks can be reused without force. Errors
+    are returned, not raised: the pool is already gone by then.
+    """
+    problems = []
+    for device in devices:
+        result = runner.run(["wipefs", "-a", device])
+        if result.rc != 0:
+            problems.append("%s: %s" % (device, result.err.strip()))
+    return problems

@@ -1,0 +1,128 @@
+"""Typed errors, and how each one reaches xapi.
+
+Every failure a user can see is one of these classes. Each carries the XenAPI
+error code xapi-storage-script forwards to xapi, and its parameters. Most are
+SR_BACKEND_FAILURE with ``[ErrorName, message]`` so that ``xe`` shows both a
+stable name to search for and a sentence saying what to do. The interface's
+own errors (Volume_does_not_exist, ...) use the code xapi matches on.
+"""
+
+
+class StorageError(Exception):
+    """Base class: an error with a XenAPI code and string parameters."""
+
+    code = "SR_BACKEND_FAILURE"
+
+    def __init__(self, message):
+        Exception.__init__(self, message)
+        self.message = message
+
+    def params(self):
+        return [type(self).__name__, self.message]
+
+
+# --- the SMAPIv3 interface's own errors -----------------------------------
+
+class InterfaceError(StorageError):
+    """An error the v5 interface names. Sent as the generated Python
+    bindings send it (xapi/__init__.py handle_exception): code
+    SR_BACKEND_FAILURE, params [ErrorName, argument]; the daemon passes code
+    and params to xapi unchanged."""
+
+    def __init__(self, arg, message=None):
+        StorageError.__init__(self, message or arg)
+        self.arg = arg
+
+    def params(self):
+        return [type(self).__name__, self.arg]
+
+
+class Unimplemented(InterfaceError):
+    """The method exists in the interface but zfs-ng does not do it."""
+
+
+class Sr_not_attached(InterfaceError):  # noqa: N801 (name fixed by xapi)
+    """The sr string names no attached zfs-ng SR."""
+
+
+class SR_does_not_exist(InterfaceError):  # noqa: N801
+    """No zfs-ng SR with that identity can be found."""
+
+
+class Volume_does_not_exist(InterfaceError):  # noqa: N801
+    """No visible volume has that key."""
+
+
+# --- XenAPI errors with their own codes ------------------------------------
+
+class SrNotEmpty(StorageError):
+    """SR.destroy while VDIs remain: refuse rather than lose disks."""
+
+    code = "SR_NOT_EMPTY"
+
+    def params(self):
+        return []
+
+
+class VdiShrinkNotAllowed(StorageError):
+    """Volume.resize to a smaller size (XenAPI 'VDI shrinking not allowed')."""
+
+    code = "SR_BACKEND_FAILURE_79"
+
+
+# --- zfs-ng's own failures (SR_BACKEND_FAILURE [name, message]) -------------
+
+class InvalidArgument(StorageError):
+    """A call's argument has the wrong type or an unacceptable value."""
+
+
+class InvalidConfiguration(StorageError):
+    """A device-config key or value is unknown, malformed or inconsistent."""
+
+
+class DeviceNotFound(StorageError):
+    """A device named in device-config does not exist or is not a block device."""
+
+
+class DeviceInUse(StorageError):
+    """A device is mounted, in a pool, or held by another driver."""
+
+
+class DeviceHasData(StorageError):
+    """A device carries a filesystem, partition table or pool label."""
+
+
+class PoolNotFound(StorageError):
+    """A pool named in device-config is not imported or importable."""
+
+
+class PoolNameTaken(StorageError):
+    """The pool name to create is already used."""
+
+
+class ZfsError(StorageError):
+    """A zfs or zpool command failed; the message holds its stderr."""
+
+
+class DatasetNotFound(ZfsError):
+    """zfs said the dataset does not exist."""
+
+
+class DatasetExists(ZfsError):
+    """zfs said the dataset already exists."""
+
+
+class DatasetBusy(ZfsError):
+    """zfs said the dataset or pool is busy (transient)."""
+
+
+class OutOfSpace(ZfsError):
+    """zfs said there is not enough space."""
+
+
+class MetadataTooLarge(StorageError):
+    """A name, description or key set does not fit in a ZFS user property."""
+
+
+class InternalError(StorageError):
+    """A bug in zfs-ng: the message says what broke; SMlog has the trace."""

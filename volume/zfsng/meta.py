@@ -1,0 +1,136 @@
+"""The on-pool layout: where an SR and its VDIs live, and their properties.
+
+The pool is the only source of truth (design decision 3): everything xapi
+ever told zfs-ng is kept in ZFS user properties under one prefix, so an
+exported pool imported on another host brings every VDI with its keys.
+
+Layout
+  SR dataset   the pool's root dataset when zfs-ng created the pool, else
+               ``<parent>/zfsng-<sr uuid>`` under an adopted pool/dataset.
+               Marked by a *local* ``PREFIX:sr-uuid`` (user properties are
+               inherited, so only the local one marks the SR root).
+  VDI          a zvol ``<sr dataset>/<vdi uuid>``.
+  snapshot VDI a snapshot ``<sr dataset>/<parent uuid>@<vdi uuid>``.
+
+Every VDI property is set locally on its own zvol or snapshot. Because
+snapshots inherit user properties from their zvol, ``PREFIX:vdi`` holds the
+object's own uuid: a zvol or snapshot whose ``vdi`` value is not its own uuid
+is not a VDI (an admin's manual snapshot, or an internal one) and is never
+listed.
+
+Values that hold free text are JSON-encoded (ASCII only): ``zfs list -H``
+separates columns with tabs and rows with newlines, and a name may contain
+either.
+"""
+
+import json
+
+from zfsng.errors import InternalError, MetadataTooLarge
+
+PREFIX = "org.xcp-ng.zfs-ng"
+FORMAT_VERSION = "1"
+
+
+def prop(name):
+    return "%s:%s" % (PREFIX, name)
+
+
+# SR properties (local on the SR dataset)
+SR_UUID = prop("sr-uuid")
+SR_NAME = prop("sr-name")
+SR_DESCRIPTION = prop("sr-description")
+SR_OWNER = prop("sr-owner")          # "pool" or "dataset": what zfs-ng made
+SR_PROVISIONING = prop("provisioning")
+SR_VOLBLOCKSIZE = prop("volblocksize")
+SR_FORMAT = prop("format")
+SR_DEVICES = prop("devices")         # JSON list: the disks zfs-ng was given
+
+# VDI properties (local on each zvol / snapshot)
+VDI_UUID = prop("vdi")
+VDI_NAME = prop("name")
+VDI_DESCRIPTION = prop("description")
+VDI_KEYS = prop("keys")
+VDI_SHARABLE = prop("sharable")
+
+VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
+                  "usedrefreserv", "referenced", "volblocksize", "origin",
+                  VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
+                  VDI_SHARABLE]
+
+SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
+              SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE]
+
+# ZFS refuses user property values of 8 KiB or more (ZAP_MAXVALUELEN) on
+# recent releases and of MAXPATHLEN (4 KiB) on older ones; stay under the
+# smaller so the pool can move between hosts of either.
+MAX_VALUE = 4095
+
+CHILD_PREFIX = "zfsng-"
+
+
+def encode_text(text):
+    return _checked(json.dumps(text))
+
+
+def decode_text(value, default=""):
+    if value is None:
+        return default
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value  # set by hand: show it as it is
+    return decoded if isinstance(decoded, str) else value
+
+
+def encode_keys(keys):
+    return _checked(json.dumps(keys, sort_keys=True))
+
+
+def decode_keys(value):
+    if value is None:
+        return {}
+    try:
+        keys = json.loads(value)
+    except ValueError:
+        raise InternalError("keys property is not JSON: %r" % value[:80])
+    if not isinstance(keys, dict):
+        raise InternalError("keys property is not an object")
+    return keys
+
+
+def encode_bool(flag):
+    return "true" if flag else "false"
+
+
+def _checked(value):
+    if len(value.encode("utf-8")) > MAX_VALUE:
+        raise MetadataTooLarge(
+            "metadata of %d bytes does not fit in a ZFS user property "
+            "(at most %d bytes once encoded); shorten the name, description "
+            "or keys" % (len(value), MAX_VALUE))
+    return value
+
+
+def vdi_dataset(sr, vdi_uuid):
+    return "%s/%s" % (sr, vdi_uuid)
+
+
+def child_sr_dataset(parent, sr_uuid):
+    return "%s/%s%s" % (parent, CHILD_PREFIX, sr_uuid)
+
+
+URI_SCHEME = "zfs-ng"
+
+
+def volume_uri(dataset):
+    """The URI that routes a volume to zfs-ng's raw datapath plugin.
+
+    The dataset path (pool/.../uuid or pool/.../uuid@snap) is all the
+    datapath needs; ZFS names hold no character a URI path must escape.
+    """
+    return "%s:///%s" % (URI_SCHEME, dataset)
+
+
+def object_uuid(name):
+    """The uuid part of a zvol or snapshot name (the last component)."""
+    return name.rsplit("@", 1)[1] if "@" in name else name.rsplit("/", 1)[1]

@@ -1,0 +1,72 @@
+"""Validation of every name that reaches a command line.
+
+Device-config values and call arguments are typed by users or sent by xapi;
+before any of them is put in an argv it must pass one of these checks. They
+are deliberately narrower than what ZFS accepts: nothing that starts with
+``-``, no white space, no shell metacharacters, no ``..``.
+"""
+
+import re
+
+from zfsng.errors import InvalidArgument, InvalidConfiguration
+
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                     r"[0-9a-f]{12}$")
+
+# zpool(8): a pool name starts with a letter and holds letters, digits and
+# "_-.:"; "mirror", "raidz", "draid", "spare", "log" and names starting with
+# c[0-9] are reserved.
+POOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,199}$")
+_RESERVED_POOL = re.compile(r"^(mirror|raidz|draid|spare|log|cache|special|"
+                            r"dedup|c[0-9]).*$")
+
+COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+# Device paths: absolute, under /dev, made of the characters udev uses in
+# by-id/by-path names.
+DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+$")
+
+
+def is_uuid(text):
+    return isinstance(text, str) and bool(UUID_RE.match(text))
+
+
+def check_uuid(text, what="uuid", error=InvalidArgument):
+    if not is_uuid(text):
+        raise error("%s must be a lowercase UUID, got %r" % (what, text))
+    return text
+
+
+def valid_pool_name(text):
+    return bool(POOL_RE.match(text)) and not _RESERVED_POOL.match(text)
+
+
+def check_pool_name(text, what="pool name"):
+    if not valid_pool_name(text):
+        raise InvalidConfiguration(
+            "%s %r is not a valid pool name: use a letter first, then "
+            "letters, digits, '_', '-', '.' or ':' (and not a reserved word "
+            "such as mirror, raidz, log)" % (what, text))
+    return text
+
+
+def check_dataset_name(text, what="dataset"):
+    """A filesystem path pool/a/b (no snapshots, no '..' components)."""
+    parts = text.split("/") if isinstance(text, str) else []
+    ok = (len(parts) >= 1 and valid_pool_name(parts[0]) and
+          all(COMPONENT_RE.match(p) and p not in (".", "..")
+              for p in parts[1:]) and len(text) < 200)
+    if not ok:
+        raise InvalidConfiguration(
+            "%s %r is not a valid dataset name: use pool/path with letters, "
+            "digits, '_', '-', '.' or ':' in each component" % (what, text))
+    return text
+
+
+def check_device_path(text, what="device"):
+    if not DEVICE_RE.match(text) or "/../" in text + "/" or \
+            text.endswith("/") or "//" in text:
+        raise InvalidConfiguration(
+            "%s %r is not an acceptable device path: give an absolute path "
+            "under /dev such as /dev/sdb or /dev/disk/by-id/..." % (what, text))
+    return text

@@ -1,0 +1,67 @@
+"""Plugin.*: what zfs-ng is, what it can do, and a report for support."""
+
+from zfsng import VERSION, devconfig, errors, meta, sr as srmod, zfs
+
+# Declared honestly: only what works end to end. xapi-storage-script adds
+# the SR_*/VDI_* features of every method executable on its own.
+FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
+            "VDI_UPDATE", "THIN_PROVISIONING", "LARGE_VDI"]
+
+
+def query(dbg):
+    return {
+        "plugin": "zfs-ng",
+        "name": "zfs-ng: ZFS zvol storage",
+        "description": "Local ZFS storage: every VDI is a zvol, snapshots "
+                       "and clones are native ZFS, no image format on top",
+        "vendor": "zfs-ng project",
+        "copyright": "(C) the zfs-ng authors",
+        "version": VERSION,
+        "required_api_version": "5.0",
+        "features": list(FEATURES),
+        "configuration": dict(devconfig.KEYS),
+        "required_cluster_stack": [],
+        "supported_image_formats": ["raw"],
+    }
+
+
+def _section(title, body):
+    return "== %s ==\n%s\n" % (title, body.rstrip())
+
+
+def _sr_settings(dataset):
+    cols = ["name", "used", "available", "compression", "compressratio",
+            "dedup", "sync", meta.SR_UUID, meta.SR_OWNER,
+            meta.SR_PROVISIONING, meta.SR_VOLBLOCKSIZE]
+    row = zfs.get_one(dataset, cols)
+    vols = zfs.list_datasets(dataset, ["name"], types="volume,snapshot")
+    lines = ["%s: %s" % (c, row[c]) for c in cols]
+    lines.append("zvols and snapshots: %d" % len(vols))
+    return "\n".join(lines)
+
+
+def diagnostics(dbg):
+    """A readable report: ZFS version, each SR's pool status and settings."""
+    out = [_section("zfs-ng", "version %s" % VERSION)]
+    try:
+        out.append(_section("ZFS", zfs.version()))
+        srs = srmod.find_srs()
+    except errors.StorageError as exc:
+        out.append(_section("ZFS", "not usable: %s" % exc.message))
+        return "\n".join(out)
+    if not srs:
+        out.append(_section("SRs", "no zfs-ng SR is attached on this host"))
+    for pool in sorted(set(srmod.pool_of(ds) for ds, _ in srs)):
+        out.append(_section("zpool status %s" % pool, zfs.pool_status(pool)))
+    for dataset, _ in srs:
+        out.append(_section("SR %s" % dataset, _sr_settings(dataset)))
+    return "\n".join(out)
+
+
+def ls(dbg):
+    """The attached zfs-ng SRs on this host, by their sr string."""
+    return [dataset for dataset, _ in srmod.find_srs()]
+
+
+HANDLERS = {"Plugin.Query": query, "Plugin.diagnostics": diagnostics,
+            "Plugin.ls": ls}

@@ -1,0 +1,450 @@
+"""SR.*: the storage repository lifecycle on a pool or an adopted dataset.
+
+An SR is one dataset (see ``meta``). The string SR.attach returns, which xapi
+passes back as ``sr`` in every later call, is that dataset's name.
+
+Ownership rule: zfs-ng exports or destroys a pool only if it created it
+(``sr-owner=pool``); on adopted storage it only ever touches the SR's own
+child dataset.
+"""
+
+import json
+import os
+import time
+
+from zfsng import devconfig, devices, errors, log, lock, meta, names, \
+    runner, zfs
+
+LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
+
+
+# --- finding SRs -------------------------------------------------------------
+
+def find_srs(pool=None):
+    """[(dataset, sr uuid)] of the zfs-ng SRs in one or all imported pools."""
+    return zfs.find_local(meta.SR_UUID, pool)
+
+
+def find_sr_by_uuid(sr_uuid, pool=None):
+    for dataset, value in find_srs(pool):
+        if value == sr_uuid:
+            return dataset
+    return None
+
+
+def sr_row(sr):
+    """SR_COLUMNS of an attached SR, or raise Sr_not_attached."""
+    try:
+        names.check_dataset_name(sr)
+    except errors.InvalidConfiguration:
+        raise errors.Sr_not_attached(sr)
+    try:
+        row = zfs.get_one(sr, meta.SR_COLUMNS, types="filesystem")
+    except (errors.DatasetNotFound, errors.PoolNotFound):
+        raise errors.Sr_not_attached(sr)
+    if not row.get(meta.SR_UUID):
+        raise errors.Sr_not_attached(sr)
+    return row
+
+
+def pool_of(dataset):
+    return dataset.split("/", 1)[0]
+
+
+def visible_volume_count(sr):
+    from zfsng import volume  # volume imports sr: import here, not at top
+    return len(volume.list_volumes(sr))
+
+
+# --- health -------------------------------------------------------------------
+
+def _status_reason(pool):
+    """One line from ``zpool status``: its status sentence and bad devices."""
+    try:
+        text = zfs.pool_status(pool)
+    except errors.ZfsError as exc:
+        return exc.message
+    status, bad, in_status, in_config = [], [], False, False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("status:"):
+            in_status = True
+            status.append(stripped[len("status:"):].strip())
+            continue
+        if in_status and line.startswith(("\t", "        ")) and stripped:
+            status.append(stripped)
+            continue
+        in_status = False
+        if stripped.startswith("config:"):
+            in_config = True
+        elif stripped.startswith("errors:"):
+            in_config = False
+        elif in_config:
+            words = stripped.split()
+            if len(words) >= 2 and words[0].startswith("/") and \
+                    words[1] != "ONLINE":
+                bad.append("%s %s" % (words[0], words[1]))
+    reason = " ".join(status)
+    if bad:
+        reason += (" " if reason else "") + "Devices: %s." % ", ".join(bad)
+    return reason
+
+
+def health(pool):
+    row = zfs.pool_by_name(pool)
+    state = row["health"] if row else "UNAVAIL"
+    if state == "ONLINE":
+        return ["Healthy", ""]
+    reason = "pool %s is %s. %s" % (pool, state, _status_reason(pool))
+    if state == "DEGRADED":
+        return ["Recovering", reason.strip()]
+    return ["Unavailable", reason.strip()]
+
+
+def stat_of(sr, row=None):
+    row = row or sr_row(sr)
+    used, available = int(row["used"]), int(row["available"])
+    return {"sr": sr, "uuid": row[meta.SR_UUID],
+            "name": meta.decode_text(row[meta.SR_NAME]),
+            "description": meta.decode_text(row[meta.SR_DESCRIPTION]),
+            "free_space": available, "total_space": used + available,
+            "datasources": [], "clustered": False,
+            "health": health(pool_of(sr))}
+
+
+# --- create ---------------------------------------------------------------------
+
+def _sr_props(uuid, cfg, name, description, owner):
+    props = {
+        "volmode": "dev",            # dom0 never scans guests' partitions
+        "compression": cfg.compression,
+        "dedup": cfg.dedup,
+        meta.SR_UUID: uuid,
+        meta.SR_NAME: meta.encode_text(name),
+        meta.SR_DESCRIPTION: meta.encode_text(description),
+        meta.SR_OWNER: owner,
+        meta.SR_PROVISIONING: cfg.provisioning,
+        meta.SR_VOLBLOCKSIZE: str(cfg.volblocksize),
+        meta.SR_FORMAT: meta.FORMAT_VERSION,
+    }
+    if cfg.sync:
+        props["sync"] = cfg.sync
+    if owner == "pool":
+        props[meta.SR_DEVICES] = meta.encode_keys(cfg.devices)
+    return props
+
+
+def _choose_pool_name(uuid, cfg, name):
+    taken = set(p["name"] for p in zfs.list_pools())
+    if cfg.pool_name:
+        if cfg.pool_name in taken:
+            raise errors.PoolNameTaken(
+                "a pool named '%s' is already imported; choose another "
+                "device-config:pool-name" % cfg.pool_name)
+        return cfg.pool_name
+    if names.valid_pool_name(name) and name not in taken:
+        return name
+    fallback = "zfsng-" + uuid[:8]
+    if fallback in taken:
+        raise errors.PoolNameTaken("pool '%s' already exists; give "
+                                   "device-config:pool-name" % fallback)
+    return fallback
+
+
+def _create_pool(uuid, cfg, name, description):
+    pool = _choose_pool_name(uuid, cfg, name)
+    devices.check_free(cfg.devices, cfg.force)
+    pool_props = {"cachefile": "none"}
+    if cfg.ashift is not None:
+        pool_props["ashift"] = str(cfg.ashift)
+    log.info("creating pool %s on %s", pool, " ".join(cfg.vdev_args))
+    zfs.create_pool(pool, cfg.vdev_args, pool_props,
+                    _sr_props(uuid, cfg, name, description, "pool"),
+                    force=cfg.force)
+    return pool
+
+
+def _check_adoptable(parent):
+    try:
+        row = zfs.get_one(parent, ["name", "type", meta.SR_UUID])
+    except (errors.DatasetNotFound, errors.PoolNotFound):
+        raise errors.PoolNotFound(
+            "'%s' is not an imported pool or existing dataset; import the "
+            "pool first (zpool import %s)" % (parent, pool_of(parent)))
+    if row["type"] != "filesystem":
+        raise errors.InvalidConfiguration(
+            "'%s' is a %s; adopt a pool or a filesystem dataset"
+            % (parent, row["type"]))
+    if row.get(meta.SR_UUID):
+        raise errors.InvalidConfiguration(
+            "'%s' is inside zfs-ng SR %s; SRs cannot be nested"
+            % (parent, row[meta.SR_UUID]))
+
+
+def _create_child(uuid, cfg, name, description):
+    _check_adoptable(cfg.parent)
+    dataset = meta.child_sr_dataset(cfg.parent, uuid)
+    props = _sr_props(uuid, cfg, name, description, "dataset")
+    props["mountpoint"] = "none"
+    log.info("creating SR dataset %s", dataset)
+    zfs.create_filesystem(dataset, props)
+    return dataset
+
+
+def _stored_config(configuration, dataset):
+    pool = zfs.pool_by_name(pool_of(dataset))
+    stored = dict(configuration)
+    stored["pool-guid"] = pool["guid"]
+    stored["sr_uuid"] = zfs.get_one(dataset, [meta.SR_UUID])[meta.SR_UUID]
+    return stored
+
+
+def create(dbg, uuid, configuration, name, description):
+    names.check_uuid(uuid, "SR uuid", errors.InvalidArgument)
+    cfg = devconfig.parse(configuration)
+    for key in ("pool-guid", "sr_uuid"):
+        if key in configuration:
+            raise errors.InvalidConfiguration(
+                "device-config:%s is set by zfs-ng; do not give it to "
+                "sr-create" % key)
+    with lock.global_lock():
+        dataset = find_sr_by_uuid(uuid)
+        if dataset:  # a repeated create: answer as the first one did
+            log.info("SR %s already exists at %s", uuid, dataset)
+        elif cfg.source == "pool":
+            dataset = _create_pool(uuid, cfg, name, description)
+        else:
+            dataset = _create_child(uuid, cfg, name, description)
+        return _stored_config(configuration, dataset)
+
+
+# --- attach / detach -------------------------------------------------------------
+
+def _ensure_imported(cfg):
+    """The name of the SR's pool, importing it if zfs-ng owns it."""
+    if cfg.pool_guid:
+        pool = zfs.pool_by_guid(cfg.pool_guid)
+        if pool:
+            return pool["name"]
+        if cfg.source != "pool":
+            raise errors.PoolNotFound(
+                "pool %s (guid %s) is not imported; zfs-ng does not import "
+                "pools it did not create: import it, then plug the PBD"
+                % (pool_of(cfg.parent), cfg.pool_guid))
+        log.info("importing pool with guid %s", cfg.pool_guid)
+        try:
+            zfs.import_pool(cfg.pool_guid)
+        except errors.ZfsError as exc:
+            raise errors.PoolNotFound(
+                "cannot import the SR's pool (guid %s): %s"
+                % (cfg.pool_guid, exc.message))
+        return zfs.pool_by_guid(cfg.pool_guid)["name"]
+    if cfg.parent:
+        name = pool_of(cfg.parent)
+        if not zfs.pool_by_name(name):
+            raise errors.PoolNotFound("pool '%s' is not imported" % name)
+        return name
+    raise errors.InvalidConfiguration(
+        "device-config needs pool-guid and sr_uuid to attach; "
+        "'xe sr-probe type=zfs-ng device-config:device=...' prints them")
+
+
+def _locate(cfg):
+    pool = _ensure_imported(cfg)
+    found = find_srs(pool)
+    if cfg.sr_uuid:
+        for dataset, value in found:
+            if value == cfg.sr_uuid:
+                return dataset
+        raise errors.SR_does_not_exist(
+            cfg.sr_uuid, "no zfs-ng SR %s in pool %s" % (cfg.sr_uuid, pool))
+    if len(found) != 1:
+        raise errors.InvalidConfiguration(
+            "pool %s holds %d zfs-ng SRs; give device-config:sr_uuid"
+            % (pool, len(found)))
+    return found[0][0]
+
+
+def wait_for_links(sr, timeout=LINK_TIMEOUT):
+    """Wait, bounded, until udev made /dev/zvol/<vol> for every zvol.
+
+    Links appear asynchronously after an import; a VDI whose link is still
+    missing is logged, not fatal: the datapath waits for it again.
+    """
+    vols = [r["name"] for r in zfs.list_datasets(sr, ["name"],
+                                                 types="volume")]
+    deadline = time.time() + timeout
+    runner.run(["udevadm", "settle", "--timeout=%d" % int(timeout)])
+    missing = vols
+    while True:
+        missing = [v for v in missing
+                   if not os.path.exists("/dev/zvol/" + v)]
+        if not missing or time.time() >= deadline:
+            break
+        time.sleep(0.2)
+    if missing:
+        log.warning("after %ds, no /dev/zvol link yet for %s",
+                    int(timeout), ", ".join(missing))
+
+
+def attach(dbg, configuration):
+    cfg = devconfig.parse(configuration, need_source=False)
+    with lock.global_lock():
+        dataset = _locate(cfg)
+    wait_for_links(dataset)
+    return dataset
+
+
+def detach(dbg, sr):
+    with lock.global_lock():
+        try:
+            row = sr_row(sr)
+        except errors.Sr_not_attached:
+            log.info("SR %s is not attached: nothing to detach", sr)
+            return None
+        if row[meta.SR_OWNER] == "pool":
+            log.info("exporting pool %s", pool_of(sr))
+            zfs.export_pool(pool_of(sr))
+    return None
+
+
+# --- destroy -------------------------------------------------------------------------
+
+def _destroy_pool(pool, row):
+    leaves = zfs.pool_leaf_devices(pool)
+    disks = json.loads(row.get(meta.SR_DEVICES) or "[]")
+    log.info("destroying pool %s (devices %s)", pool, ", ".join(disks))
+    zfs.destroy_pool(pool)
+    problems = []
+    for leaf in leaves:
+        try:
+            zfs.labelclear(leaf)
+        except errors.ZfsError as exc:
+            problems.append("%s: %s" % (leaf, exc.message))
+    problems += devices.wipe(disks)
+    for problem in problems:
+        log.warning("pool %s destroyed, but cleaning a disk failed: %s",
+                    pool, problem)
+
+
+def destroy(dbg, sr):
+    with lock.global_lock():
+        try:
+            row = sr_row(sr)
+        except errors.Sr_not_attached:
+            log.info("SR %s does not exist: already destroyed", sr)
+            return None
+        count = visible_volume_count(sr)
+        if count:
+            raise errors.SrNotEmpty(
+                "SR %s still holds %d VDI(s); destroy them first"
+                % (sr, count))
+        if row[meta.SR_OWNER] == "pool":
+            _destroy_pool(pool_of(sr), row)
+        else:
+            log.info("destroying SR dataset %s", sr)
+            zfs.destroy(sr, recursive=True)
+    return None
+
+
+# --- the rest ---------------------------------------------------------------------------
+
+def stat(dbg, sr):
+    return stat_of(sr)
+
+
+def set_name(dbg, sr, new_name):
+    with lock.sr_lock(sr):
+        sr_row(sr)
+        zfs.set_props(sr, {meta.SR_NAME: meta.encode_text(new_name)})
+
+
+def set_description(dbg, sr, new_description):
+    with lock.sr_lock(sr):
+        sr_row(sr)
+        zfs.set_props(sr, {meta.SR_DESCRIPTION:
+                           meta.encode_text(new_description)})
+
+
+def ls(dbg, sr):
+    from zfsng import volume
+    return volume.list_volumes(sr)
+
+
+def _device_family(device):
+    """Real paths of a device and its partitions (lsblk), or []."""
+    result = runner.run(["lsblk", "-n", "-l", "-p", "-o", "NAME", device])
+    if result.rc != 0:
+        return []
+    return [os.path.realpath(l.strip()) for l in result.out.splitlines()
+            if l.strip()]
+
+
+def _probe_config(configuration, dataset, sr_uuid):
+    config = dict((k, v) for k, v in configuration.items()
+                  if k in devconfig.SOURCE_KEYS)
+    config["pool-guid"] = zfs.pool_by_name(pool_of(dataset))["guid"]
+    config["sr_uuid"] = sr_uuid
+    return config
+
+
+def _probe_pool(configuration, pool):
+    return [{"configuration": _probe_config(configuration, ds, uuid),
+             "complete": True, "sr": stat_of(ds), "extra_info": {}}
+            for ds, uuid in find_srs(pool)]
+
+
+def _pool_matches(cfg, pool_name, leaves):
+    if cfg.source is None:
+        return True
+    if cfg.parent:
+        return pool_name == pool_of(cfg.parent)
+    family = set()
+    for device in cfg.devices:
+        family.update(_device_family(device))
+    return any(os.path.realpath(leaf) in family for leaf in leaves)
+
+
+def _probe_exported(configuration, cfg):
+    """Import each importable candidate read-only, read its SRs, export."""
+    results = []
+    dirs = []
+    for device in cfg.devices:
+        dirs.extend(_device_family(device))
+    for pool in zfs.importable_pools(dirs):
+        if cfg.parent and pool["name"] != pool_of(cfg.parent):
+            continue
+        try:
+            zfs.import_pool(pool["guid"], search_dirs=dirs, readonly=True,
+                            mount=False)
+        except errors.ZfsError as exc:
+            log.info("probe: cannot read pool %s (%s): %s", pool["name"],
+                     pool["guid"], exc.message)
+            continue
+        name = zfs.pool_by_guid(pool["guid"])["name"]
+        try:
+            results += _probe_pool(configuration, name)
+        finally:
+            zfs.export_pool(name)
+    return results
+
+
+def probe(dbg, configuration):
+    cfg = devconfig.parse(configuration, need_source=False)
+    results = []
+    with lock.global_lock():
+        for pool in zfs.list_pools():
+            leaves = zfs.pool_leaf_devices(pool["name"]) \
+                if cfg.devices else []
+            if _pool_matches(cfg, pool["name"], leaves):
+                results += _probe_pool(configuration, pool["name"])
+        results += _probe_exported(configuration, cfg)
+    return results
+
+
+HANDLERS = {
+    "SR.probe": probe, "SR.create": create, "SR.attach": attach,
+    "SR.detach": detach, "SR.destroy": destroy, "SR.stat": stat,
+    "SR.set_name": set_name, "SR.set_description": set_description,
+    "SR.ls": ls,
+}

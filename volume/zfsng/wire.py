@@ -1,0 +1,309 @@
+"""The SMAPIv5 wire protocol, as xapi-storage-script speaks it.
+
+xapi-storage-script runs ``<dir>/<Interface.method> --json`` with the JSON
+object of named arguments on stdin. Success is exit 0 with exactly the JSON
+result on stdout (``null`` for unit); failure is a non-zero exit with
+``{"code", "params", "backtrace"}`` on stdout. The generated Python bindings
+are not on PyPI and change between releases, so zfs-ng carries this one
+small module instead (design decision 2): the types of every v5 method it
+can be asked for, a checker for them, and the dispatcher.
+
+Arguments are checked before a handler runs, and results before they are
+printed: a bug then fails the call cleanly instead of handing xapi a value
+that breaks its unmarshalling (for instance ``"uuid": null``).
+"""
+
+import json
+import os
+import sys
+import traceback
+
+from zfsng import errors, log
+
+
+# --- types ------------------------------------------------------------------
+
+class Type(object):
+    """A v5 type: ``check(value, where)`` raises TypeError on mismatch."""
+
+    def check(self, value, where):
+        raise NotImplementedError
+
+
+class Prim(Type):
+    def __init__(self, name, pytypes):
+        self.name, self.pytypes = name, pytypes
+
+    def check(self, value, where):
+        # bool is an int in Python; JSON true is never an int64 here.
+        if isinstance(value, bool) and bool not in self.pytypes:
+            raise TypeError("%s: expected %s, got a boolean" % (where,
+                                                                self.name))
+        if not isinstance(value, self.pytypes):
+            raise TypeError("%s: expected %s, got %s" % (
+                where, self.name, type(value).__name__))
+
+
+STR = Prim("string", (str,))
+BOOL = Prim("bool", (bool,))
+INT = Prim("int64", (int,))
+UNIT = Prim("unit (null)", (type(None),))
+
+
+class ListOf(Type):
+    def __init__(self, item):
+        self.item = item
+
+    def check(self, value, where):
+        if not isinstance(value, list):
+            raise TypeError("%s: expected a list" % where)
+        for i, item in enumerate(value):
+            self.item.check(item, "%s[%d]" % (where, i))
+
+
+class StrMap(Type):
+    """OCaml's (string * string) list: a JSON object of strings."""
+
+    def check(self, value, where):
+        if not isinstance(value, dict):
+            raise TypeError("%s: expected an object of strings" % where)
+        for key, item in value.items():
+            STR.check(item, "%s[%r]" % (where, key))
+
+
+class Record(Type):
+    """Fields: name -> type; names in ``optional`` may be left out (never
+    null: the daemon's unmarshaller rejects null for an option)."""
+
+    def __init__(self, fields, optional=()):
+        self.fields, self.optional = fields, frozenset(optional)
+
+    def check(self, value, where):
+        if not isinstance(value, dict):
+            raise TypeError("%s: expected an object" % where)
+        for name, ftype in self.fields.items():
+            if name not in value:
+                if name in self.optional:
+                    continue
+                raise TypeError("%s: missing field %r" % (where, name))
+            ftype.check(value[name], "%s.%s" % (where, name))
+        extra = set(value) - set(self.fields)
+        if extra:
+            raise TypeError("%s: unknown fields %s" % (where, sorted(extra)))
+
+
+class Variant(Type):
+    """``["Tag", arg]``; cases: tag -> arg type."""
+
+    def __init__(self, cases):
+        self.cases = cases
+
+    def check(self, value, where):
+        if not (isinstance(value, list) and len(value) == 2 and
+                value[0] in self.cases):
+            raise TypeError("%s: expected one of %s as [tag, arg]" % (
+                where, sorted(self.cases)))
+        self.cases[value[0]].check(value[1], "%s(%s)" % (where, value[0]))
+
+
+class OneOf(Type):
+    """A string from a fixed set (an OCaml enum encoded as its name)."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def check(self, value, where):
+        if value not in self.names:
+            raise TypeError("%s: expected one of %s" % (where, self.names))
+
+
+STRMAP = StrMap()
+
+QUERY_RESULT = Record({
+    "plugin": STR, "name": STR, "description": STR, "vendor": STR,
+    "copyright": STR, "version": STR, "required_api_version": STR,
+    "features": ListOf(STR), "configuration": STRMAP,
+    "required_cluster_stack": ListOf(STR),
+    "supported_image_formats": ListOf(STR)},
+    optional=["supported_image_formats"])
+
+HEALTH = Variant({"Healthy": STR, "Recovering": STR, "Unreachable": STR,
+                  "Unavailable": STR})
+
+SR_STAT = Record({
+    "sr": STR, "name": STR, "uuid": STR, "description": STR,
+    "free_space": INT, "total_space": INT, "datasources": ListOf(STR),
+    "clustered": BOOL, "health": HEALTH}, optional=["uuid"])
+
+PROBE_RESULT = Record({"configuration": STRMAP, "complete": BOOL,
+                       "sr": SR_STAT, "extra_info": STRMAP},
+                      optional=["sr"])
+
+VOLUME = Record({
+    "key": STR, "uuid": STR, "name": STR, "description": STR,
+    "read_write": BOOL, "sharable": BOOL, "virtual_size": INT,
+    "physical_utilisation": INT, "uri": ListOf(STR), "keys": STRMAP,
+    "volume_type": OneOf(["Data", "CBT_Metadata", "Data_and_CBT_Metadata"]),
+    "cbt_enabled": BOOL}, optional=["uuid", "volume_type", "cbt_enabled"])
+
+IMPLEMENTATION = Variant({
+    "XenDisk": Record({"params": STR, "extra": STRMAP, "backend_type": STR}),
+    "BlockDevice": Record({"path": STR}),
+    "File": Record({"path": STR}),
+    "Nbd": Record({"uri": STR})})
+
+ATTACH_RESULT = Record({"implementations": ListOf(IMPLEMENTATION)})
+
+_SR = [("sr", STR)]
+_KEY = _SR + [("key", STR)]
+
+# method -> (arguments after dbg, result type)
+METHODS = {
+    "Plugin.Query": ([], QUERY_RESULT),
+    "Plugin.diagnostics": ([], STR),
+    "Plugin.ls": ([], ListOf(STR)),
+    "SR.probe": ([("configuration", STRMAP)], ListOf(PROBE_RESULT)),
+    "SR.create": ([("uuid", STR), ("configuration", STRMAP), ("name", STR),
+                   ("description", STR)], STRMAP),
+    "SR.attach": ([("configuration", STRMAP)], STR),
+    "SR.detach": (_SR, UNIT),
+    "SR.destroy": (_SR, UNIT),
+    "SR.stat": (_SR, SR_STAT),
+    "SR.set_name": (_SR + [("new_name", STR)], UNIT),
+    "SR.set_description": (_SR + [("new_description", STR)], UNIT),
+    "SR.ls": (_SR, ListOf(VOLUME)),
+    "Volume.create": (_SR + [("name", STR), ("description", STR),
+                             ("size", INT), ("sharable", BOOL)], VOLUME),
+    "Volume.snapshot": (_KEY, VOLUME),
+    "Volume.clone": (_KEY, VOLUME),
+    "Volume.destroy": (_KEY, UNIT),
+    "Volume.set_name": (_KEY + [("new_name", STR)], UNIT),
+    "Volume.set_description": (_KEY + [("new_description", STR)], UNIT),
+    "Volume.set": (_KEY + [("k", STR), ("v", STR)], UNIT),
+    "Volume.unset": (_KEY + [("k", STR)], UNIT),
+    "Volume.resize": (_KEY + [("new_size", INT)], UNIT),
+    "Volume.stat": (_KEY, VOLUME),
+    "Volume.compare": (_KEY + [("key2", STR)],
+                       Record({"blocksize": INT,
+                               "ranges": ListOf(ListOf(INT))})),
+    "Volume.enable_cbt": (_KEY, UNIT),
+    "Volume.disable_cbt": (_KEY, UNIT),
+    "Volume.data_destroy": (_KEY, UNIT),
+    "Volume.list_changed_blocks": (
+        _KEY + [("key2", STR), ("offset", INT), ("length", INT)],
+        Record({"granularity": INT, "bitmap": STR})),
+    "Volume.compose": (_KEY + [("key2", STR)], UNIT),
+    "Volume.revert": (_SR + [("snapshot", STR), ("key", STR)], UNIT),
+    "Datapath.open": ([("uri", STR), ("persistent", BOOL)], UNIT),
+    "Datapath.attach": ([("uri", STR), ("domain", STR)], ATTACH_RESULT),
+    "Datapath.activate": ([("uri", STR), ("domain", STR)], UNIT),
+    "Datapath.activate_readonly": ([("uri", STR), ("domain", STR)], UNIT),
+    "Datapath.deactivate": ([("uri", STR), ("domain", STR)], UNIT),
+    "Datapath.detach": ([("uri", STR), ("domain", STR)], UNIT),
+    "Datapath.close": ([("uri", STR)], UNIT),
+}
+
+VOLUME_INTERFACES = ("Plugin", "SR", "Volume")
+DATAPATH_INTERFACES = ("Plugin", "Datapath")
+
+
+def methods_of(interfaces):
+    return sorted(m for m in METHODS if m.split(".")[0] in interfaces)
+
+
+def resolve_method(name, interfaces):
+    """The canonical method for an executable name (lookup ignores case)."""
+    for method in methods_of(interfaces):
+        if method.lower() == name.lower():
+            return method
+    return None
+
+
+# --- calls ------------------------------------------------------------------
+
+def check_arguments(method, args):
+    """Return the handler's keyword arguments, or raise InvalidArgument."""
+    if not isinstance(args, dict):
+        raise errors.InvalidArgument("%s: arguments must be a JSON object"
+                                     % method)
+    spec, _ = METHODS[method]
+    kwargs = {}
+    for name, atype in [("dbg", STR)] + spec:
+        if name not in args:
+            raise errors.InvalidArgument("%s: missing argument %r"
+                                         % (method, name))
+        try:
+            atype.check(args[name], name)
+        except TypeError as exc:
+            raise errors.InvalidArgument("%s: %s" % (method, exc))
+        kwargs[name] = args[name]
+    extra = sorted(set(args) - set(kwargs))
+    if extra:  # a newer xapi may send more; tolerate, but say so in SMlog
+        log.info("ignoring unknown arguments %s", extra)
+    return kwargs
+
+
+def call(method, args, handlers):
+    """Check, run and check again: returns the result or raises."""
+    kwargs = check_arguments(method, args)
+    log.set_dbg(kwargs["dbg"])
+    handler = handlers.get(method)
+    if handler is None:
+        raise errors.Unimplemented(method)
+    result = handler(**kwargs)
+    try:
+        METHODS[method][1].check(result, "result")
+    except TypeError as exc:
+        raise errors.InternalError("%s returned a malformed result: %s"
+                                   % (method, exc))
+    return result
+
+
+def error_object(exc, tb_text=""):
+    return {"code": exc.code, "params": [str(p) for p in exc.params()],
+            "backtrace": {"error": tb_text or exc.message, "files": [],
+                          "lines": []}}
+
+
+def _write(obj):
+    sys.stdout.write(json.dumps(obj))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def _read_args():
+    text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidArgument("stdin is not valid JSON: %s" % exc)
+
+
+def main(argv, interfaces, handlers):
+    """Entry point of every method executable; returns the exit status."""
+    name = os.path.basename(argv[0])
+    method = resolve_method(name, interfaces)
+    log.setup(method or name)
+    if method is None:
+        sys.stderr.write("zfs-ng: %r is not a method of %s\n"
+                         % (name, "/".join(interfaces)))
+        return 2
+    if argv[1:] != ["--json"]:
+        sys.stderr.write("usage: %s --json < arguments.json\n"
+                         "  (the JSON object of %s's named arguments)\n"
+                         % (name, method))
+        return 2
+    try:
+        result = call(method, _read_args(), handlers)
+    except errors.StorageError as exc:
+        log.error("%s failed: %s %s", method, exc.code, exc.params())
+        _write(error_object(exc))
+        return 1
+    except Exception as exc:  # a bug: never a traceback on stdout
+        tb_text = traceback.format_exc()
+        log.error("%s crashed: %s", method, tb_text)
+        _write(error_object(errors.InternalError(
+            "%s: %s" % (type(exc).__name__, exc)), tb_text))
+        return 1
+    _write(result)
+    return 0

@@ -1,0 +1,287 @@
+"""ZFS access: every zfs and zpool command zfs-ng runs is built here.
+
+Why one module: the argv conventions (``-Hp`` for parsable output, tabs
+between columns, ``-`` for "no value"), the translation of stderr into typed
+errors, and the bounded retry on "busy" are the same for every caller, and a
+test can read one file to know every command the plugin may run.
+
+Callers pass names that were already validated (see ``names``); this module
+still refuses anything that starts with ``-`` so no value can ever be taken
+for an option.
+"""
+
+import re
+import time
+
+from zfsng import errors, log, runner
+
+# stderr fragments -> error class. First match wins. The texts are those of
+# libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
+_ERROR_PATTERNS = [
+    (re.compile(r"dataset does not exist|could not find any snapshots"),
+     errors.DatasetNotFound),
+    (re.compile(r"no such pool|pool not found|no such pool or dataset"),
+     errors.PoolNotFound),
+    (re.compile(r"dataset already exists|pool already exists"),
+     errors.DatasetExists),
+    (re.compile(r"is busy|resource busy"), errors.DatasetBusy),
+    (re.compile(r"out of space|insufficient space|not enough space"),
+     errors.OutOfSpace),
+]
+
+BUSY_RETRIES = 5
+BUSY_DELAY = 0.3  # seconds, doubled after each try: about 9 s in all
+
+
+def _check_args(args):
+    for arg in args:
+        if not isinstance(arg, str):
+            raise errors.InternalError("non-string zfs argument %r" % (arg,))
+
+
+def _classify(result):
+    text = result.err.strip() or result.out.strip()
+    for pattern, cls in _ERROR_PATTERNS:
+        if pattern.search(text):
+            return cls(text)
+    return errors.ZfsError("%s failed (exit %d): %s" % (
+        " ".join(result.argv[:2]), result.rc, text or "no message"))
+
+
+def run(argv, retry_busy=True, stdin_text=None):
+    """Run a zfs/zpool argv; return stdout or raise a typed ZfsError.
+
+    Only "busy" is retried, a bounded number of times: it is the one
+    transient error (a zvol still opened by udev's blkid right after
+    creation, a pool still syncing), and everything else would fail again.
+    """
+    _check_args(argv)
+    delay = BUSY_DELAY
+    for attempt in range(BUSY_RETRIES if retry_busy else 1):
+        result = runner.run(argv, stdin_text)
+        if result.rc == 0:
+            return result.out
+        exc = _classify(result)
+        if not isinstance(exc, errors.DatasetBusy) or \
+                attempt == BUSY_RETRIES - 1 or not retry_busy:
+            raise exc
+        log.info("busy, retrying in %.1fs: %s", delay, " ".join(argv))
+        time.sleep(delay)
+        delay *= 2
+    raise exc  # pragma: no cover - loop always returns or raises
+
+
+def zfs(*args, **kwargs):
+    return run(["zfs"] + list(args), **kwargs)
+
+
+def zpool(*args, **kwargs):
+    return run(["zpool"] + list(args), **kwargs)
+
+
+def parse_table(text, columns):
+    """Parse ``-H`` output into a list of dicts keyed by column name.
+
+    Cells that are ``-`` become None: that is how zfs prints "no value".
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        cells = line.split("\t")
+        if len(cells) != len(columns):
+            raise errors.ZfsError(
+                "unexpected zfs output (want %d columns): %r"
+                % (len(columns), line))
+        rows.append(dict((c, None if v == "-" else v)
+                         for c, v in zip(columns, cells)))
+    return rows
+
+
+# --- datasets -------------------------------------------------------------
+
+def list_datasets(root, columns, types="volume,snapshot", recursive=True,
+                  depth=None):
+    """One ``zfs list`` of root (and below) with the given columns."""
+    argv = ["list", "-Hp", "-o", ",".join(columns), "-t", types]
+    if depth is not None:
+        argv += ["-d", str(depth)]
+    elif recursive:
+        argv.append("-r")
+    return parse_table(zfs(*(argv + ["--", root])), columns)
+
+
+def get_one(name, columns, types="all"):
+    """The columns of one dataset, or raise DatasetNotFound."""
+    rows = list_datasets(name, columns, types=types, recursive=False)
+    if not rows:
+        raise errors.DatasetNotFound("dataset does not exist: %s" % name)
+    return rows[0]
+
+
+def exists(name):
+    try:
+        get_one(name, ["name"])
+        return True
+    except errors.DatasetNotFound:
+        return False
+
+
+def find_local(prop, pool=None, types="filesystem"):
+    """[(dataset, value)] for datasets where prop is set locally, in one
+    pool or (pool None) in every imported pool.
+
+    User properties are inherited, so only the local ones mark the dataset
+    that carries them (an SR root, not the zvols under it).
+    """
+    argv = ["get", "-Hp", "-r", "-s", "local", "-t", types,
+            "-o", "name,value", prop]
+    out = zfs(*(argv + (["--", pool] if pool else [])))
+    return [(r["name"], r["value"])
+            for r in parse_table(out, ["name", "value"])]
+
+
+def set_props(name, props):
+    """Set several properties in one command (one sync task: atomic)."""
+    if not props:
+        return
+    if name.startswith("-"):
+        raise errors.InternalError("dataset name looks like an option: %r"
+                                   % name)
+    # No "--" here: zfs 2.1's "set" does not use getopt and rejects it.
+    argv = ["set"] + ["%s=%s" % (k, v) for k, v in sorted(props.items())]
+    zfs(*(argv + [name]))
+
+
+def create_volume(name, size, props, sparse=True):
+    argv = ["create", "-V", str(size)]
+    if sparse:
+        argv.append("-s")
+    for key, value in sorted(props.items()):
+        argv += ["-o", "%s=%s" % (key, value)]
+    zfs(*(argv + ["--", name]))
+
+
+def create_filesystem(name, props):
+    argv = ["create"]
+    for key, value in sorted(props.items()):
+        argv += ["-o", "%s=%s" % (key, value)]
+    zfs(*(argv + ["--", name]))
+
+
+def destroy(name, recursive=False, defer=False):
+    argv = ["destroy"]
+    if recursive:
+        argv.append("-r")
+    if defer:
+        argv.append("-d")
+    zfs(*(argv + ["--", name]))
+
+
+# --- pools ----------------------------------------------------------------
+
+POOL_COLUMNS = ["name", "guid", "health", "size", "allocated", "free"]
+
+
+def list_pools():
+    """Imported pools as dicts of POOL_COLUMNS."""
+    return parse_table(zpool("list", "-Hp", "-o", ",".join(POOL_COLUMNS)),
+                       POOL_COLUMNS)
+
+
+def pool_by_guid(guid):
+    for pool in list_pools():
+        if pool["guid"] == guid:
+            return pool
+    return None
+
+
+def pool_by_name(name):
+    for pool in list_pools():
+        if pool["name"] == name:
+            return pool
+    return None
+
+
+def pool_leaf_devices(pool):
+    """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
+    out = zpool("list", "-v", "-H", "-P", "-o", "name", "--", pool)
+    return [line.strip() for line in out.splitlines()
+            if line.strip().startswith("/")]
+
+
+def create_pool(name, vdev_args, pool_props, fs_props, force=False):
+    argv = ["create"]
+    if force:
+        argv.append("-f")
+    for key, value in sorted(pool_props.items()):
+        argv += ["-o", "%s=%s" % (key, value)]
+    for key, value in sorted(fs_props.items()):
+        argv += ["-O", "%s=%s" % (key, value)]
+    argv += ["-m", "none", "--", name]
+    zpool(*(argv + list(vdev_args)))
+
+
+def import_pool(guid, search_dirs=(), readonly=False, mount=True):
+    """Import by guid (stable across renames) without a cachefile.
+
+    ``cachefile=none``: xapi, not the host's boot scripts, decides when an
+    SR's pool is imported (SR.attach), so the pool must not be imported
+    behind its back at boot.
+    """
+    argv = ["import", "-o", "cachefile=none"]
+    if readonly:
+        argv += ["-o", "readonly=on"]
+    if not mount:
+        argv.append("-N")
+    for directory in search_dirs:
+        argv += ["-d", directory]
+    zpool(*(argv + ["--", guid]))
+
+
+def export_pool(name):
+    zpool("export", "--", name)
+
+
+def destroy_pool(name):
+    zpool("destroy", "--", name)
+
+
+def labelclear(device):
+    zpool("labelclear", "-f", "--", device)
+
+
+def importable_pools(search_dirs=()):
+    """Pools that ``zpool import`` could import: [{name, guid, state}].
+
+    ``zpool import`` without a pool argument has no parsable mode, so this
+    reads its stable "pool:", "id:" and "state:" lines.
+    """
+    argv = ["zpool", "import"]
+    for directory in search_dirs:
+        argv += ["-d", directory]
+    result = runner.run(argv)
+    if result.rc != 0 and "no pools available" not in result.err:
+        raise _classify(result)
+    pools, current = [], None
+    for line in result.out.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key == "pool":
+            current = {"name": value.strip(), "guid": None, "state": None}
+            pools.append(current)
+        elif current is not None and key == "id":
+            current["guid"] = value.strip()
+        elif current is not None and key == "state":
+            current["state"] = value.strip()
+    return [p for p in pools if p["guid"]]
+
+
+def pool_status(name):
+    """``zpool status -P`` text (for health reasons and diagnostics)."""
+    return zpool("status", "-P", "--", name)
+
+
+def version():
+    """``zfs version`` first line, e.g. 'zfs-2.1.11-1'."""
+    out = zfs("version", retry_busy=False)
+    return out.splitlines()[0].strip() if out else "unknown"
