@@ -1,0 +1,89 @@
+# zfs-ng: build, install and test.
+#
+#   make check      the whole test suite (what CI runs): unit + protocol
+#                   tests, Python 3.6 check, real-ZFS tests in the QEMU guest
+#                   on OpenZFS 2.1 and 2.3
+#   make demo       bring up a real ZFS SR in the test guest and drive it
+#                   through the plugin, as xapi would
+#   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB)
+
+PYTHON        ?= python3
+PREFIX        ?= /usr
+LIBEXEC       ?= $(PREFIX)/libexec/xapi-storage-script
+# XCP-ng 8.3's dom0 Python is 3.6; the package goes to its site-packages.
+PYTHON_SITELIB ?= $(PREFIX)/lib/python3.6/site-packages
+VOLUME_DIR    := volume/org.xen.xapi.storage.zfs-ng
+VERSION       := $(shell sed -n 's/^VERSION = "\(.*\)"/\1/p' volume/zfsng/__init__.py)
+
+VENV          ?= .venv
+VPY           := $(VENV)/bin/python
+GUEST         := tests/guest/run.sh
+ZFS           ?= 2.3
+
+.PHONY: all install deps check test-unit test-protocol lint-py36 \
+        test-guest test-guest-2.1 test-guest-2.3 demo clean version
+
+all:
+	@echo "zfs-ng $(VERSION): see 'make check', 'make demo', 'make install'"
+
+version:
+	@echo $(VERSION)
+
+# --- install --------------------------------------------------------------
+# The method executables are symlinks to one entry script per plugin, as
+# XCP-ng's own SMAPIv3 plugins are laid out.
+install:
+	install -d $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)
+	install -m 0755 plugins/$(VOLUME_DIR)/volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
+	cd plugins/$(VOLUME_DIR) && for f in Plugin.* SR.* Volume.*; do \
+	    ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
+	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
+	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
+
+# --- test tools, installed by the project itself ----------------------------
+$(VPY): tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -r tests/requirements.txt
+	touch $(VPY)
+
+deps: $(VPY)
+
+# --- tests ---------------------------------------------------------------------
+test-unit: $(VPY)
+	PYTHONPATH=volume $(VPY) -m pytest -q tests/unit
+
+test-protocol: $(VPY)
+	PYTHONPATH=volume $(VPY) -m pytest -q tests/protocol
+
+lint-py36: $(VPY)
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume plugins \
+	    tests/integration tests/demo.py
+
+test-guest-2.1:
+	bash $(GUEST) --zfs 2.1 -- make guest-tests
+
+test-guest-2.3:
+	bash $(GUEST) --zfs 2.3 -- make guest-tests
+
+test-guest: test-guest-$(ZFS)
+
+# Runs inside the guest (tests/guest/run.sh): the integration tests against
+# the installed executables on real OpenZFS.
+guest-tests:
+	rm -rf /tmp/zfsng-root
+	$(MAKE) -s install DESTDIR=/tmp/zfsng-root
+	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
+	    python3 -m pytest -p no:cacheprovider -v tests/integration
+
+check: test-unit test-protocol lint-py36 test-guest-2.1 test-guest-2.3
+
+# --- the newcomer's demo ----------------------------------------------------------
+demo:
+	bash $(GUEST) --zfs $(ZFS) -- sh -c 'rm -rf /tmp/zfsng-root && \
+	    make -s install DESTDIR=/tmp/zfsng-root && \
+	    ZFSNG_ROOT=/tmp/zfsng-root python3 tests/demo.py'
+
+clean:
+	rm -rf $(VENV) build .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

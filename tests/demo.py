@@ -1,0 +1,58 @@
+"""zfs-ng's main job, shown on a real pool: run in the test guest by
+``make demo``. It calls the installed plugin exactly as xapi-storage-script
+does and prints each call with its answer, then what ZFS itself shows."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from plugin_client import Plugin  # noqa: E402
+
+ROOT = os.environ.get("ZFSNG_ROOT", "/tmp/zfsng-root")
+DISKS = ["/dev/disk/by-id/virtio-zfsng-d1", "/dev/disk/by-id/virtio-zfsng-d2"]
+
+
+def step(plugin, method, **args):
+    shown = dict((k, v) for k, v in args.items())
+    print("\n$ %s --json <<< %s" % (method, json.dumps(shown)))
+    result = plugin(method, **args)
+    text = json.dumps(result, indent=2, sort_keys=True)
+    print(text if len(text) < 1500 else text[:1500] + "\n  ...")
+    return result
+
+
+def show(*argv):
+    print("\n# " + " ".join(argv))
+    sys.stdout.write(subprocess.check_output(list(argv)).decode())
+
+
+def main():
+    plugin = Plugin(ROOT, env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+    sr_uuid = str(uuid.uuid4())
+    step(plugin, "Plugin.Query")
+    config = step(plugin, "SR.create", uuid=sr_uuid, name="zfsng",
+                  description="demo SR",
+                  configuration={"vdev": "mirror %s %s" % tuple(DISKS)})
+    sr = step(plugin, "SR.attach", configuration=config)
+    step(plugin, "SR.stat", sr=sr)
+    vdi = step(plugin, "Volume.create", sr=sr, name="demo disk",
+               description="10 GiB, thin", size=10 << 30, sharable=False)
+    show("zfs", "list", "-t", "all", "-o",
+         "name,volsize,used,volblocksize,compression,volmode")
+    step(plugin, "SR.ls", sr=sr)
+    step(plugin, "SR.detach", sr=sr)
+    step(plugin, "SR.probe", configuration={"device": ",".join(DISKS)})
+    sr = step(plugin, "SR.attach", configuration=config)
+    step(plugin, "Volume.stat", sr=sr, key=vdi["key"])
+    step(plugin, "Volume.destroy", sr=sr, key=vdi["key"])
+    step(plugin, "SR.destroy", sr=sr)
+    show("zpool", "list")
+    print("\nzfs-ng demo: OK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Fixtures for the real-ZFS tests, run inside the QEMU guest.
+
+The guest has real OpenZFS and spare virtio disks /dev/disk/by-id/
+virtio-zfsng-d1..dN (tests/guest/run.sh). Every test starts and ends with
+those disks blank: pools on them are destroyed and labels wiped by the
+``disks`` fixture, whatever the test did.
+"""
+
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from plugin_client import Plugin, PluginError  # noqa: E402
+
+ROOT = os.environ.get("ZFSNG_ROOT", "/tmp/zfsng-root")
+
+
+def sh(*argv, **kwargs):
+    """Run a command for the test itself (not the plugin); return stdout."""
+    check = kwargs.pop("check", True)
+    proc = subprocess.run(list(argv), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, **kwargs)
+    if check and proc.returncode != 0:
+        raise AssertionError("%s failed: %s" % (" ".join(argv),
+                                                proc.stderr.decode()))
+    return proc.stdout.decode()
+
+
+def all_disks():
+    disks = sorted(glob.glob("/dev/disk/by-id/virtio-zfsng-d*"),
+                   key=lambda p: int(p.rsplit("d", 1)[1]))
+    assert len(disks) >= 6, "the guest must have 6 spare disks: %s" % disks
+    return disks
+
+
+def pools_on(disks):
+    """Names of imported pools using any of the given disks."""
+    real = set(os.path.realpath(d) for d in disks)
+    found = set()
+    for pool in sh("zpool", "list", "-H", "-o", "name").split():
+        for line in sh("zpool", "list", "-v", "-H", "-P", "-o", "name",
+                       pool).splitlines():
+            path = os.path.realpath(line.strip())
+            if any(path.startswith(r) for r in real):
+                found.add(pool)
+    return found
+
+
+def wipe(disks):
+    for pool in pools_on(disks):
+        sh("zpool", "destroy", "-f", pool, check=False)
+    for disk in disks:
+        for part in glob.glob(os.path.realpath(disk) + "[0-9]*"):
+            sh("zpool", "labelclear", "-f", part, check=False)
+        sh("umount", disk, check=False)
+        sh("wipefs", "-a", disk, check=False)
+    sh("udevadm", "settle")
+
+
+def disk_state(disks):
+    """What a rejected call must not change: signatures and first MiB."""
+    state = {}
+    for disk in disks:
+        with open(disk, "rb") as f:
+            head = hashlib.sha256(f.read(1 << 20)).hexdigest()
+        sigs = sh("blkid", "-p", "-o", "export", disk, check=False)
+        state[disk] = (head, sigs)
+    state["pools"] = sh("zpool", "list", "-H", "-o", "name,guid")
+    state["datasets"] = sh("zfs", "list", "-H", "-t", "all", "-o", "name")
+    return state
+
+
+@pytest.fixture(scope="session")
+def plugin():
+    return Plugin(ROOT, env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+
+
+@pytest.fixture
+def disks():
+    found = all_disks()
+    wipe(found)
+    yield found
+    wipe(found)
+
+
+@pytest.fixture
+def new_uuid():
+    return lambda: str(uuid.uuid4())
+
+
+__all__ = ["PluginError", "sh", "disk_state", "pools_on"]

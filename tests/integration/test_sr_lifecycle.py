@@ -1,0 +1,295 @@
+"""The SR lifecycle on real OpenZFS, through the installed executables.
+
+Each test plays the calls xapi makes (SR.create, then SR.attach and SR.stat
+with the configuration SR.create returned, ...) and checks the pool with the
+zfs/zpool tools themselves.
+"""
+
+import os
+
+import pytest
+
+from conftest import PluginError, disk_state, pools_on, sh
+
+GiB = 1 << 30
+
+
+def zfs_get(dataset, *props):
+    out = sh("zfs", "get", "-Hp", "-o", "value", ",".join(props), dataset)
+    return out.split("\n")[:len(props)]
+
+
+def create_sr(plugin, uuid, config, name="zfsng-test", description="d"):
+    stored = plugin("SR.create", uuid=uuid, configuration=config, name=name,
+                    description=description)
+    assert stored["sr_uuid"] == uuid
+    assert stored["pool-guid"].isdigit()
+    for key, value in config.items():
+        assert stored[key] == value  # the user's keys are kept as given
+    return stored
+
+
+def attach(plugin, stored):
+    sr = plugin("SR.attach", configuration=stored)
+    plugin("SR.stat", sr=sr)  # xapi always stats right after attach
+    return sr
+
+
+def assert_blank(disks):
+    for disk in disks:
+        assert sh("blkid", "-p", "-o", "export", disk, check=False) == "", \
+            "%s still carries a signature" % disk
+    assert not pools_on(disks)
+
+
+def assert_reusable(disks):
+    """The disks take a new pool without -f, then are blank again."""
+    sh("zpool", "create", "-o", "cachefile=none", "reuse", *disks)
+    sh("zpool", "destroy", "reuse")
+
+
+def full_cycle(plugin, uuid, stored, disks):
+    """attach, VDI, detach, probe, re-attach, VDI still there, destroy."""
+    sr = attach(plugin, stored)
+    vol = plugin("Volume.create", sr=sr, name="disk one", description="first",
+                 size=100 * 1024 * 1024 + 1, sharable=False)
+    assert vol["virtual_size"] % (16 * 1024) == 0
+    assert vol["virtual_size"] >= 100 * 1024 * 1024 + 1
+    zvol = "%s/%s" % (sr, vol["key"])
+    assert zfs_get(zvol, "volsize") == [str(vol["virtual_size"])]
+    assert zfs_get(zvol, "volblocksize", "volmode", "compression") == \
+        ["16384", "dev", "lz4"]
+
+    rc, out, _ = plugin.raw("SR.detach", {"dbg": "t", "sr": sr})
+    assert (rc, out) == (0, "null\n")  # unit is null, never empty
+    assert plugin("SR.detach", sr=sr) is None  # repeated: not an error
+    found = plugin("SR.probe", configuration={
+        k: v for k, v in stored.items() if k in ("device", "file-uri",
+                                                 "vdev")})
+    mine = [r for r in found if r["configuration"].get("sr_uuid") == uuid]
+    assert len(mine) == 1, found
+    assert mine[0]["complete"] is True
+    assert mine[0]["sr"]["uuid"] == uuid
+    assert mine[0]["configuration"]["pool-guid"] == stored["pool-guid"]
+    # probing left the pool exported, as it found it
+    assert stored["pool-guid"] not in sh("zpool", "list", "-H", "-o", "guid")
+
+    sr = attach(plugin, mine[0]["configuration"])
+    sr_again = attach(plugin, stored)  # repeated attach: same answer
+    assert sr_again == sr
+    vols = plugin("SR.ls", sr=sr)
+    assert [(v["key"], v["name"], v["description"]) for v in vols] == \
+        [(vol["key"], "disk one", "first")]
+    assert os.path.exists("/dev/zvol/" + zvol)
+
+    with pytest.raises(PluginError) as err:
+        plugin("SR.destroy", sr=sr)
+    assert err.value.code == "SR_NOT_EMPTY"
+    plugin("Volume.destroy", sr=sr, key=vol["key"])
+    plugin("Volume.destroy", sr=sr, key=vol["key"])  # xapi repeats it
+    plugin("SR.destroy", sr=sr)
+    plugin("SR.destroy", sr=sr)
+    assert_blank(disks)
+    assert_reusable(disks)
+
+
+def test_device_sr_full_cycle(plugin, disks, new_uuid):
+    uuid = new_uuid()
+    stored = create_sr(plugin, uuid, {"device": disks[0]}, name="zfsng")
+    assert sh("zpool", "list", "-H", "-o", "name").split() == ["zfsng"]
+    assert zfs_get("zfsng", "org.xcp-ng.zfs-ng:sr-uuid") == [uuid]
+    assert zfs_get("zfsng", "mountpoint") == ["none"]
+    assert sh("zpool", "get", "-H", "-o", "value", "cachefile",
+              "zfsng").strip() in ("none", "-")
+    full_cycle(plugin, uuid, stored, disks[:1])
+
+
+def test_file_uri_stripe(plugin, disks, new_uuid):
+    uuid = new_uuid()
+    config = {"file-uri": "file://%s,file://%s" % (disks[0], disks[1])}
+    stored = create_sr(plugin, uuid, config, name="not a pool name")
+    pool = "zfsng-" + uuid[:8]
+    assert pool in sh("zpool", "list", "-H", "-o", "name").split()
+    full_cycle(plugin, uuid, stored, disks[:2])
+
+
+def test_mirror_health_follows_pool(plugin, disks, new_uuid):
+    uuid = new_uuid()
+    config = {"vdev": "mirror %s %s" % (disks[0], disks[1]),
+              "pool-name": "mir", "compression": "zstd",
+              "volblocksize": "64K", "ashift": "12", "sync": "always"}
+    stored = create_sr(plugin, uuid, config)
+    sr = attach(plugin, stored)
+    assert sr == "mir"
+    assert zfs_get("mir", "compression", "sync") == ["zstd", "always"]
+    assert sh("zpool", "get", "-Hp", "-o", "value", "ashift",
+              "mir").strip() == "12"
+    vol = plugin("Volume.create", sr=sr, name="v", description="",
+                 size=1000, sharable=False)
+    assert vol["virtual_size"] == 64 * 1024
+    assert plugin("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+
+    leg = sh("zpool", "list", "-v", "-H", "-P", "-o", "name",
+             "mir").split()[-1]
+    sh("zpool", "offline", "mir", leg)
+    health = plugin("SR.stat", sr=sr)["health"]
+    assert health[0] == "Recovering"
+    assert "DEGRADED" in health[1] and leg in health[1], health
+    sh("zpool", "online", "mir", leg)
+    assert plugin("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+    plugin("Volume.destroy", sr=sr, key=vol["key"])
+    plugin("SR.destroy", sr=sr)
+    assert_blank(disks[:2])
+
+
+def test_raidz1_cycle(plugin, disks, new_uuid):
+    uuid = new_uuid()
+    stored = create_sr(plugin, uuid,
+                       {"vdev": "raidz1 %s %s %s" % tuple(disks[:3])})
+    status = sh("zpool", "status", "zfsng-test")
+    assert "raidz1-0" in status
+    full_cycle(plugin, uuid, stored, disks[:3])
+
+
+def test_stat_matches_zfs(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0]},
+                       name="space")
+    sr = attach(plugin, stored)
+    plugin("Volume.create", sr=sr, name="v", description="",
+           size=64 * 1024 * 1024, sharable=False)
+    sh("dd", "if=/dev/urandom", "of=/dev/zvol/space/" +
+       plugin("SR.ls", sr=sr)[0]["key"], "bs=1M", "count=16", "oflag=direct")
+    sh("zpool", "sync", "space")
+    stat = plugin("SR.stat", sr=sr)
+    used, avail = [int(v) for v in zfs_get("space", "used", "available")]
+    assert abs(stat["free_space"] - avail) <= 0.01 * avail
+    assert abs(stat["total_space"] - (used + avail)) <= \
+        0.01 * (used + avail)
+    assert stat["name"] == "space" and stat["description"] == "d"
+
+
+def test_thick_provisioning_reserves(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0],
+                                            "provisioning": "thick"},
+                       name="thick")
+    sr = attach(plugin, stored)
+    vol = plugin("Volume.create", sr=sr, name="v", description="",
+                 size=128 * 1024 * 1024, sharable=True)
+    refres = int(zfs_get("thick/" + vol["key"], "refreservation")[0])
+    assert refres >= 128 * 1024 * 1024
+    assert vol["physical_utilisation"] >= 128 * 1024 * 1024
+    assert vol["sharable"] is True
+
+
+def test_adopted_pool_is_never_exported_or_destroyed(plugin, disks,
+                                                     new_uuid):
+    sh("zpool", "create", "-o", "cachefile=none", "-m", "none", "tank",
+       disks[3])
+    sh("zfs", "create", "-V", "8M", "tank/admins-own")
+    uuid = new_uuid()
+    stored = create_sr(plugin, uuid, {"zpool": "tank"})
+    sr = attach(plugin, stored)
+    assert sr == "tank/zfsng-" + uuid
+    vol = plugin("Volume.create", sr=sr, name="v", description="",
+                 size=1 << 20, sharable=False)
+    assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [vol["key"]]
+    plugin("SR.detach", sr=sr)
+    assert "tank" in sh("zpool", "list", "-H", "-o", "name").split()
+    sr = attach(plugin, stored)
+    assert plugin("SR.ls", sr=sr)[0]["name"] == "v"
+    plugin("Volume.destroy", sr=sr, key=vol["key"])
+    plugin("SR.destroy", sr=sr)
+    left = sh("zfs", "list", "-H", "-o", "name", "-r", "tank").split()
+    assert left == ["tank", "tank/admins-own"]
+
+
+def test_adopted_dataset(plugin, disks, new_uuid):
+    sh("zpool", "create", "-o", "cachefile=none", "tank", disks[3])
+    sh("zfs", "create", "-o", "mountpoint=none", "tank/vms")
+    uuid = new_uuid()
+    stored = create_sr(plugin, uuid, {"dataset": "tank/vms",
+                                      "compression": "off"})
+    sr = attach(plugin, stored)
+    assert sr == "tank/vms/zfsng-" + uuid
+    assert zfs_get(sr, "compression") == ["off"]
+    found = plugin("SR.probe", configuration={"zpool": "tank"})
+    assert [r["configuration"]["sr_uuid"] for r in found] == [uuid]
+    plugin("SR.destroy", sr=sr)
+    assert sh("zfs", "list", "-H", "-o", "name", "-r", "tank").split() == \
+        ["tank", "tank/vms"]
+
+
+def test_repeated_create_is_idempotent(plugin, disks, new_uuid):
+    uuid = new_uuid()
+    first = create_sr(plugin, uuid, {"device": disks[0]}, name="once")
+    again = create_sr(plugin, uuid, {"device": disks[0]}, name="once")
+    assert first == again
+    assert sh("zpool", "list", "-H", "-o", "name").split() == ["once"]
+
+
+def test_set_name_and_description_persist(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0]}, name="nm")
+    sr = attach(plugin, stored)
+    plugin("SR.set_name", sr=sr, new_name="caf\u00e9\tVM store\nB")
+    plugin("SR.set_description", sr=sr, new_description="")
+    plugin("SR.detach", sr=sr)
+    sr = attach(plugin, stored)
+    stat = plugin("SR.stat", sr=sr)
+    assert stat["name"] == "caf\u00e9\tVM store\nB"
+    assert stat["description"] == ""
+
+
+def test_diagnostics_report(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0]}, name="dg")
+    attach(plugin, stored)
+    text = plugin("Plugin.diagnostics")
+    assert "zpool status dg" in text and "ONLINE" in text
+    assert "org.xcp-ng.zfs-ng:volblocksize: 16384" in text
+
+
+@pytest.mark.parametrize("config,error", [
+    ({"device": "/dev/disk/by-id/virtio-does-not-exist"}, "DeviceNotFound"),
+    ({"device": "-f"}, "InvalidConfiguration"),
+    ({"device": "{d0} --"}, "InvalidConfiguration"),
+    ({"device": "{d0};reboot"}, "InvalidConfiguration"),
+    ({"device": "$(reboot)"}, "InvalidConfiguration"),
+    ({"vdev": "mirror {d0} -f {d1}"}, "InvalidConfiguration"),
+    ({"vdev": "mirror {d0}"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "colour": "blue"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "compression": "lz5"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "volblocksize": "3K"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "ashift": "20"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "provisioning": "fat"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "pool-name": "mirror"}, "InvalidConfiguration"),
+    ({"zpool": "nosuchpool"}, "PoolNotFound"),
+    ({"device": "{d5}"}, "DeviceInUse"),          # in pool 'busy'
+    ({"device": "{d4}"}, "DeviceInUse"),          # mounted
+    ({"device": "{d2}"}, "DeviceHasData"),        # old ext4, no force
+])
+def test_bad_config_changes_nothing(plugin, disks, new_uuid, config, error):
+    sh("zpool", "create", "-o", "cachefile=none", "busy", disks[5])
+    sh("mkfs.ext4", "-q", "-F", disks[4])
+    sh("mkdir", "-p", "/mnt/d4")
+    sh("mount", disks[4], "/mnt/d4")
+    sh("mkfs.ext4", "-q", "-F", disks[2])
+    try:
+        names = dict(("d%d" % i, d) for i, d in enumerate(disks))
+        config = dict((k, v.format(**names)) for k, v in config.items())
+        before = disk_state(disks)
+        with pytest.raises(PluginError) as err:
+            plugin("SR.create", uuid=new_uuid(), configuration=config,
+                   name="bad", description="")
+        assert err.value.code == "SR_BACKEND_FAILURE"
+        assert err.value.name == error, err.value.params
+        assert len(err.value.params[1]) > 10  # a sentence, not a code
+        assert disk_state(disks) == before
+    finally:
+        sh("umount", "/mnt/d4", check=False)
+
+
+def test_force_reuses_old_filesystem(plugin, disks, new_uuid):
+    sh("mkfs.ext4", "-q", "-F", disks[2])
+    stored = create_sr(plugin, new_uuid(), {"device": disks[2],
+                                            "force": "true"}, name="forced")
+    sr = attach(plugin, stored)
+    assert plugin("SR.stat", sr=sr)["health"] == ["Healthy", ""]

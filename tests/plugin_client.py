@@ -1,0 +1,74 @@
+"""Call installed zfs-ng executables exactly as xapi-storage-script does.
+
+``<plugin dir>/<Interface.method> --json`` with the JSON object of named
+arguments on stdin; exit 0 and the JSON result on stdout, or non-zero and
+the error object on stdout. Every answer is checked against the v5 types of
+the installed package, and stdout must always be exactly one JSON value.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+VOLUME_PLUGIN = "usr/libexec/xapi-storage-script/volume/org.xen.xapi.storage.zfs-ng"
+SITELIB = "usr/lib/python3.6/site-packages"
+
+
+class PluginError(Exception):
+    """A call that failed the way xapi would see it: code and params."""
+
+    def __init__(self, method, obj):
+        Exception.__init__(self, "%s: %s %s" % (method, obj.get("code"),
+                                                obj.get("params")))
+        self.code = obj["code"]
+        self.params = obj["params"]
+        self.obj = obj
+
+    @property
+    def name(self):
+        """The typed error name (params[0] of SR_BACKEND_FAILURE)."""
+        return self.params[0] if self.params else self.code
+
+
+class Plugin(object):
+    """One installed plugin tree under root (a DESTDIR or /)."""
+
+    def __init__(self, root, plugin_dir=VOLUME_PLUGIN, env=None):
+        self.root = root
+        self.dir = os.path.join(root, plugin_dir)
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.path.join(root, SITELIB)
+        self.env.update(env or {})
+        sys.path.insert(0, self.env["PYTHONPATH"])
+        from zfsng import wire  # the installed copy: its v5 type table
+        self.wire = wire
+
+    def raw(self, method, args, argv_extra=("--json",)):
+        """Run the executable; return (rc, stdout, stderr) as text."""
+        proc = subprocess.run(
+            [os.path.join(self.dir, method)] + list(argv_extra),
+            input=json.dumps(args).encode(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=self.env)
+        return (proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+    def __call__(self, method, **args):
+        args.setdefault("dbg", "zfs-ng-test")
+        rc, out, err = self.raw(method, args)
+        try:
+            obj = json.loads(out)
+        except ValueError:
+            raise AssertionError("%s: stdout is not one JSON value: %r "
+                                 "(stderr: %s)" % (method, out, err))
+        if rc != 0:
+            check_error_object(obj)
+            raise PluginError(method, obj)
+        self.wire.METHODS[method][1].check(obj, method)
+        return obj
+
+
+def check_error_object(obj):
+    assert set(obj) == {"code", "params", "backtrace"}, obj
+    assert isinstance(obj["code"], str) and obj["code"]
+    assert all(isinstance(p, str) for p in obj["params"]), obj
+    assert set(obj["backtrace"]) == {"error", "files", "lines"}, obj
