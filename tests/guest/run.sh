@@ -43,6 +43,7 @@ img=$(bash "$here/build-image.sh" "$zfs")
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-run.XXXXXX")
 qemu_pid=
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
     rm -rf "$tmp"
@@ -70,7 +71,10 @@ fi
 # A throwaway overlay keeps the cached root image untouched.
 qemu-img create -q -f qcow2 -b "$img/rootfs.img" -F raw "$tmp/root.qcow2"
 
-drives=()
+# The root disk is the first virtio device so the guest names it vda
+# (-device entries get PCI slots in order, ahead of any if=virtio drive).
+drives=(-drive "file=$tmp/root.qcow2,format=qcow2,if=none,id=root,cache=unsafe"
+    -device "virtio-blk-pci,drive=root")
 for ((i = 1; i <= disks; i++)); do
     truncate -s "$disk_size" "$tmp/d$i.raw"
     # cache=unsafe: the disks are thrown away, so flushes need not reach the
@@ -93,7 +97,6 @@ set +e
 timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp 2 -m "$mem" \
     -nographic -no-reboot -nic none \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append" \
-    -drive "file=$tmp/root.qcow2,format=qcow2,if=virtio,cache=unsafe" \
     "${drives[@]}" \
     -device virtio-rng-pci \
     -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \

@@ -43,8 +43,8 @@ KEYS = {
 
 POOL_OPTION_KEYS = ("pool-name", "ashift", "force")
 COMPRESSION_RE = re.compile(r"^(off|lz4|zstd|zstd-([1-9]|1[0-9])|gzip|"
-                            r"gzip-[1-9])$")
-SIZE_RE = re.compile(r"^([0-9]+)([kKmM]?)$")
+                            r"gzip-[1-9])\Z")
+SIZE_RE = re.compile(r"^([0-9]+)([kKmM]?)\Z")
 GROUP_MIN_DEVICES = {"mirror": 2, "raidz": 2, "raidz1": 2, "raidz2": 3,
                      "raidz3": 4}
 CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
@@ -103,57 +103,75 @@ def _devices_from_uri(value):
 def parse_vdev(value):
     """Check a zpool layout; return (argv words, leaf devices).
 
-    Groups are [word, class, device count]: plain devices before any keyword
-    are data vdevs, a group word (mirror, raidzN) collects the devices after
-    it, a class word (log, cache, ...) starts a section of its own.
+    Plain devices are top-level vdevs of their own; a group word (mirror,
+    raidzN) collects the devices after it; a class word (log, cache, ...)
+    starts a section whose vdevs follow it. Every group and every section
+    needs devices, data vdevs must not mix redundancy (zpool wants -f for
+    that, and force=true means "overwrite old data", not "weaken the
+    pool"), cache and spare take plain devices, log/special/dedup plain
+    devices or mirrors.
     """
     words = value.split()
-    groups, devices, current, section = [], [], None, None
+    groups, devices, current, section, sections = [], [], None, None, {}
     for word in words:
         if word in CLASS_WORDS:
             if not any(g[1] is None for g in groups):
                 raise InvalidConfiguration(
                     "device-config:vdev: data devices must come before '%s'"
                     % word)
-            section = word
-            current = [word, word, 0]
+            section, current = word, None
+            sections.setdefault(word, 0)
         elif word in GROUP_MIN_DEVICES:
-            if section in ("cache", "spare"):
+            if section in ("cache", "spare") or \
+                    (section and word != "mirror"):
                 raise InvalidConfiguration(
                     "device-config:vdev: %s devices cannot be in a %s group"
                     % (section, word))
             current = [word, section, 0]
+            groups.append(current)
         elif word.startswith("/"):
             names.check_device_path(word, "device-config:vdev device")
             devices.append(word)
             if current is None:
-                current = ["device", None, 0]
-                groups.append(current)
-            current[2] += 1
-            continue
+                groups.append(["device", section, 1])
+            else:
+                current[2] += 1
+            if section:
+                sections[section] += 1
         else:
             raise InvalidConfiguration(
                 "device-config:vdev: %r is neither a device path (/dev/...) "
                 "nor one of %s" % (word, ", ".join(
                     sorted(GROUP_MIN_DEVICES) + list(CLASS_WORDS))))
-        groups.append(current)
     for word, _, count in groups:
         need = GROUP_MIN_DEVICES.get(word, 1)
         if count < need:
             raise InvalidConfiguration(
                 "device-config:vdev: '%s' needs at least %d device(s), got %d"
                 % (word, need, count))
+    for word, count in sorted(sections.items()):
+        if not count:
+            raise InvalidConfiguration(
+                "device-config:vdev: '%s' needs at least 1 device" % word)
+    kinds = set({"raidz": "raidz1"}.get(g[0], g[0]) for g in groups
+                if g[1] is None)
+    if len(kinds) > 1:
+        raise InvalidConfiguration(
+            "device-config:vdev: the data vdevs mix %s; a pool is only as "
+            "redundant as its weakest vdev, use one kind"
+            % " and ".join(sorted(kinds)))
     if not devices:
         raise InvalidConfiguration("device-config:vdev names no device")
-    _check_unique(devices)
+    _check_unique(devices, "vdev")
     return words, devices
 
 
-def _check_unique(devices):
+def _check_unique(devices, key):
     seen = set()
     for dev in devices:
         if dev in seen:
-            raise InvalidConfiguration("device %s is named twice" % dev)
+            raise InvalidConfiguration(
+                "device-config:%s: device %s is named twice" % (key, dev))
         seen.add(dev)
 
 
@@ -231,7 +249,7 @@ def _parse_source(cfg, config, need_source):
                    else _devices_from_uri(value))
         for dev in devices:
             names.check_device_path(dev, "device-config:%s" % key)
-        _check_unique(devices)
+        _check_unique(devices, key)
         cfg.source, cfg.devices, cfg.vdev_args = "pool", devices, devices
     elif key == "vdev":
         cfg.source = "pool"

@@ -36,6 +36,8 @@ def _signatures(device):
     result = runner.run(["blkid", "-p", "-o", "export", device])
     if result.rc == 2:          # blkid: nothing found
         return {}
+    if result.rc == 8:          # blkid: several signatures (ambivalent)
+        return {"TYPE": "several signatures (%s)" % result.err.strip()}
     if result.rc != 0:
         raise errors.DeviceNotFound("device %s: blkid: %s"
                                     % (device, result.err.strip()))

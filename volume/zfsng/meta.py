@@ -52,13 +52,21 @@ VDI_DESCRIPTION = prop("description")
 VDI_KEYS = prop("keys")
 VDI_SHARABLE = prop("sharable")
 
+# A destroyed zvol that still has dependents keeps its name and data but
+# gets this value in its vdi property: it is no VDI any more (see volume.py).
+HIDDEN = "destroyed"
+# Snapshots zfs-ng takes to clone a live volume: <vol>@<prefix><clone uuid>.
+INTERNAL_SNAPSHOT = "zfsng-clone-"
+
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
-                  "usedrefreserv", "referenced", "volblocksize", "origin",
+                  "usedrefreserv", "refreservation", "volblocksize",
+                  "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
                   VDI_SHARABLE]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
-              SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE]
+              SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
+              SR_DEVICES]
 
 # ZFS refuses user property values of 8 KiB or more (ZAP_MAXVALUELEN) on
 # recent releases and of MAXPATHLEN (4 KiB) on older ones; stay under the

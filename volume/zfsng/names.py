@@ -11,20 +11,20 @@ import re
 from zfsng.errors import InvalidArgument, InvalidConfiguration
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
-                     r"[0-9a-f]{12}$")
+                     r"[0-9a-f]{12}\Z")
 
 # zpool(8): a pool name starts with a letter and holds letters, digits and
 # "_-.:"; "mirror", "raidz", "draid", "spare", "log" and names starting with
 # c[0-9] are reserved.
-POOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,199}$")
+POOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,199}\Z")
 _RESERVED_POOL = re.compile(r"^(mirror|raidz|draid|spare|log|cache|special|"
                             r"dedup|c[0-9]).*$")
 
-COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 
 # Device paths: absolute, under /dev, made of the characters udev uses in
 # by-id/by-path names.
-DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+$")
+DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+\Z")
 
 
 def is_uuid(text):

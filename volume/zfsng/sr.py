@@ -10,7 +10,6 @@ child dataset.
 
 import json
 import os
-import time
 
 from zfsng import devconfig, devices, errors, log, lock, meta, names, \
     runner, zfs
@@ -39,10 +38,18 @@ def sr_row(sr):
     except errors.InvalidConfiguration:
         raise errors.Sr_not_attached(sr)
     try:
-        row = zfs.get_one(sr, meta.SR_COLUMNS, types="filesystem")
+        row = zfs.get_one(sr, meta.SR_COLUMNS + ["type"])
     except (errors.DatasetNotFound, errors.PoolNotFound):
         raise errors.Sr_not_attached(sr)
-    if not row.get(meta.SR_UUID):
+    uuid = row.get(meta.SR_UUID)
+    if row["type"] != "filesystem" or not uuid:
+        raise errors.Sr_not_attached(sr)
+    # sr-uuid and sr-owner are inherited: only the SR's own dataset is it.
+    if row.get(meta.SR_OWNER) == "pool":
+        own = sr == pool_of(sr)
+    else:
+        own = sr.rsplit("/", 1)[-1] == meta.CHILD_PREFIX + uuid
+    if not own:
         raise errors.Sr_not_attached(sr)
     return row
 
@@ -81,9 +88,13 @@ def _status_reason(pool):
             in_config = False
         elif in_config:
             words = stripped.split()
-            if len(words) >= 2 and words[0].startswith("/") and \
-                    words[1] != "ONLINE":
-                bad.append("%s %s" % (words[0], words[1]))
+            if len(words) < 2:
+                continue
+            # a disk missing since import is shown by its guid, with
+            # "was <path>" at the end of the line
+            path = words[-1] if words[-2] == "was" else words[0]
+            if path.startswith("/") and words[1] != "ONLINE":
+                bad.append("%s %s" % (path, words[1]))
     reason = " ".join(status)
     if bad:
         reason += (" " if reason else "") + "Devices: %s." % ", ".join(bad)
@@ -230,7 +241,8 @@ def _ensure_imported(cfg):
             raise errors.PoolNotFound(
                 "pool %s (guid %s) is not imported; zfs-ng does not import "
                 "pools it did not create: import it, then plug the PBD"
-                % (pool_of(cfg.parent), cfg.pool_guid))
+                % (pool_of(cfg.parent) if cfg.parent else "?",
+                   cfg.pool_guid))
         log.info("importing pool with guid %s", cfg.pool_guid)
         try:
             zfs.import_pool(cfg.pool_guid)
@@ -273,15 +285,12 @@ def wait_for_links(sr, timeout=LINK_TIMEOUT):
     """
     vols = [r["name"] for r in zfs.list_datasets(sr, ["name"],
                                                  types="volume")]
-    deadline = time.time() + timeout
+    if not vols:
+        return
+    # settle returns once udev has handled every queued event (the zvols'
+    # "add" events included), or after the timeout: that is the bound.
     runner.run(["udevadm", "settle", "--timeout=%d" % int(timeout)])
-    missing = vols
-    while True:
-        missing = [v for v in missing
-                   if not os.path.exists("/dev/zvol/" + v)]
-        if not missing or time.time() >= deadline:
-            break
-        time.sleep(0.2)
+    missing = [v for v in vols if not os.path.exists("/dev/zvol/" + v)]
     if missing:
         log.warning("after %ds, no /dev/zvol link yet for %s",
                     int(timeout), ", ".join(missing))
@@ -291,6 +300,9 @@ def attach(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     with lock.global_lock():
         dataset = _locate(cfg)
+    from zfsng import volume
+    with lock.sr_lock(dataset):
+        volume.collect(dataset)  # finish what a crash may have left
     wait_for_links(dataset)
     return dataset
 
@@ -383,6 +395,13 @@ def _device_family(device):
 def _probe_config(configuration, dataset, sr_uuid):
     config = dict((k, v) for k, v in configuration.items()
                   if k in devconfig.SOURCE_KEYS)
+    if not config:   # say where the SR lives: attach decides on it
+        row = zfs.get_one(dataset, [meta.SR_OWNER, meta.SR_DEVICES])
+        if row[meta.SR_OWNER] == "pool":
+            config["device"] = ",".join(
+                json.loads(row[meta.SR_DEVICES] or "[]"))
+        else:
+            config["dataset"] = dataset.rsplit("/", 1)[0]
     config["pool-guid"] = zfs.pool_by_name(pool_of(dataset))["guid"]
     config["sr_uuid"] = sr_uuid
     return config

@@ -1,29 +1,68 @@
-"""Volume.*: VDIs as zvols (and snapshot VDIs as ZFS snapshots).
+"""Volume.*: VDIs as zvols, snapshot VDIs as ZFS snapshots.
 
-See ``meta`` for the layout. Every listing is one ``zfs list`` whatever the
-number of VDIs, and every change is one ``zfs`` command where ZFS allows it,
-so that a crash leaves either the old or the new state.
+See ``meta`` for the layout. What is listed is always one ``zfs list`` of
+the SR, whatever the number of VDIs; every change is one ``zfs`` command
+where ZFS allows it, so a crash leaves either the old or the new state.
+
+Dependents (design decision 4). xapi destroys VDIs that ZFS cannot destroy
+yet: a zvol with snapshots, a snapshot with clones. Such objects are hidden,
+not refused:
+- a snapshot VDI with clones is destroyed *deferred* (``zfs destroy -d``):
+  ZFS keeps it while its clones live and frees it with the last one;
+  ``defer_destroy=on`` hides it from SR.ls;
+- a zvol with snapshot VDIs or clones gets ``vdi=destroyed``: it keeps
+  serving its dependents and is no longer listed.
+Cloning a live volume takes an internal snapshot ``@zfsng-clone-<uuid>``,
+destroyed deferred right after the clone, so it goes with the clone.
+``collect`` frees hidden zvols once nothing depends on them, and repairs
+what a crash between two commands left (an internal snapshot without its
+clone or without its deferred mark); every call that changes the SR's
+structure runs it, so no manual step and no leak.
 """
 
 import uuid as uuidlib
 
 from zfsng import errors, lock, log, meta, names, sr as srmod, zfs
 
+COLLECT_ROUNDS = 64  # bound on cascades (a chain of hidden parents)
+
 
 def _round_up(size, block):
     return (size + block - 1) // block * block
 
 
+def _is_snapshot(row):
+    return row["type"] == "snapshot"
+
+
+def _parent(row):
+    return row["name"].split("@", 1)[0]
+
+
+def _is_internal(row):
+    return _is_snapshot(row) and \
+        meta.object_uuid(row["name"]).startswith(meta.INTERNAL_SNAPSHOT)
+
+
+def _is_hidden(row):
+    return not _is_snapshot(row) and row.get(meta.VDI_UUID) == meta.HIDDEN
+
+
 def _is_vdi(row):
-    """A zvol or snapshot is a VDI when its own uuid is in its vdi
-    property; inherited values (snapshots inherit from their zvol) and
-    objects zfs-ng did not make fail this test."""
-    return row.get(meta.VDI_UUID) == meta.object_uuid(row["name"])
+    """A visible VDI: its own uuid in its vdi property (inherited values,
+    on snapshots zfs-ng did not take, fail this), and not being freed."""
+    if row.get(meta.VDI_UUID) != meta.object_uuid(row["name"]):
+        return False
+    return not (_is_snapshot(row) and row.get("defer_destroy") == "on")
+
+
+def _clones(row):
+    return [c for c in (row.get("clones") or "").split(",") if c]
 
 
 def _to_volume(row):
     key = meta.object_uuid(row["name"])
-    snapshot = row["type"] == "snapshot"
+    snapshot = _is_snapshot(row)
     if snapshot:
         used = int(row["used"] or 0)
     else:
@@ -41,11 +80,27 @@ def _to_volume(row):
     }
 
 
+def _in_sr(row, sr):
+    """Directly under the SR (a copy deeper down is no VDI of it)."""
+    return _parent(row).rsplit("/", 1)[0] == sr
+
+
+def _list(sr):
+    return [r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
+            if _in_sr(r, sr)]
+
+
 def list_volumes(sr):
     """Every visible VDI of the SR, from one zfs list."""
     srmod.sr_row(sr)
-    rows = zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
-    return [_to_volume(r) for r in rows if _is_vdi(r)]
+    return [_to_volume(r) for r in _list(sr) if _is_vdi(r)]
+
+
+def _find_in(rows, key):
+    for row in rows:
+        if meta.object_uuid(row["name"]) == key and _is_vdi(row):
+            return row
+    raise errors.Volume_does_not_exist(key)
 
 
 def find(sr, key):
@@ -63,10 +118,77 @@ def find(sr, key):
             return row
     except errors.DatasetNotFound:
         pass
-    for row in zfs.list_datasets(sr, meta.VOLUME_COLUMNS, types="snapshot"):
-        if meta.object_uuid(row["name"]) == key and _is_vdi(row):
-            return row
-    raise errors.Volume_does_not_exist(key)
+    return _find_in(zfs.list_datasets(sr, meta.VOLUME_COLUMNS,
+                                      types="snapshot"), key)
+
+
+# --- garbage: hidden parents and internal snapshots ---------------------------
+
+def _is_foreign(row):
+    """A snapshot zfs-ng did not take (an admin's): never touched."""
+    return _is_snapshot(row) and not _is_internal(row) and \
+        row.get(meta.VDI_UUID) != meta.object_uuid(row["name"])
+
+
+def _has_dependents(volume, rows):
+    """Whether anything still needs the zvol: one of its snapshots is a
+    VDI, has clones, or is an admin's own."""
+    return any(_is_snapshot(r) and _parent(r) == volume and
+               (_is_vdi(r) or _clones(r) or _is_foreign(r)) for r in rows)
+
+
+def _garbage(rows):
+    """[(action, dataset)] that collect should do now."""
+    actions = []
+    for row in rows:
+        if _is_hidden(row) and not _has_dependents(row["name"], rows):
+            actions.append(("destroy", row["name"]))
+        elif _is_internal(row) and not _clones(row):
+            actions.append(("destroy", row["name"]))
+        elif _is_internal(row) and row.get("defer_destroy") != "on":
+            actions.append(("defer", row["name"]))
+    return actions
+
+
+def collect(sr, rows=None):
+    """Free what nothing needs any more, until nothing is left to free.
+
+    Destroying a hidden zvol can free its own hidden parent (the origin of
+    its origin snapshot), hence the rounds. Caller holds the SR lock.
+    """
+    for _ in range(COLLECT_ROUNDS):
+        rows = _list(sr) if rows is None else rows
+        actions = _garbage(rows)
+        if not actions:
+            return
+        for action, name in actions:
+            log.info("collect: %s %s", action, name)
+            try:
+                zfs.destroy(name, recursive=(action == "destroy" and
+                                             "@" not in name),
+                            defer=(action == "defer"))
+            except errors.DatasetNotFound:
+                pass  # freed by ZFS itself (deferred) meanwhile
+        rows = None
+    log.warning("collect: still work left after %d rounds", COLLECT_ROUNDS)
+
+
+def _needs_collect(rows):
+    return any(_is_hidden(r) or (_is_internal(r) and
+                                 r.get("defer_destroy") != "on")
+               for r in rows)
+
+
+# --- the methods ---------------------------------------------------------------
+
+def _vdi_props(key, name, description, sharable, keys=None):
+    return {
+        meta.VDI_UUID: key,
+        meta.VDI_NAME: meta.encode_text(name),
+        meta.VDI_DESCRIPTION: meta.encode_text(description),
+        meta.VDI_KEYS: meta.encode_keys(keys or {}),
+        meta.VDI_SHARABLE: meta.encode_bool(sharable),
+    }
 
 
 def create(dbg, sr, name, description, size, sharable):
@@ -77,14 +199,8 @@ def create(dbg, sr, name, description, size, sharable):
         block = int(row[meta.SR_VOLBLOCKSIZE])
         key = str(uuidlib.uuid4())
         dataset = meta.vdi_dataset(sr, key)
-        props = {
-            "volblocksize": str(block),
-            meta.VDI_UUID: key,
-            meta.VDI_NAME: meta.encode_text(name),
-            meta.VDI_DESCRIPTION: meta.encode_text(description),
-            meta.VDI_KEYS: meta.encode_keys({}),
-            meta.VDI_SHARABLE: meta.encode_bool(sharable),
-        }
+        props = _vdi_props(key, name, description, sharable)
+        props["volblocksize"] = str(block)
         thin = row[meta.SR_PROVISIONING] != "thick"
         log.info("creating %s (%d bytes, %s)", dataset, size,
                  "thin" if thin else "thick")
@@ -97,19 +213,138 @@ def stat(dbg, sr, key):
     return _to_volume(find(sr, key))
 
 
+def snapshot(dbg, sr, key):
+    with lock.sr_lock(sr):
+        srmod.sr_row(sr)
+        row = find(sr, key)
+        if _is_snapshot(row):
+            raise errors.InvalidArgument(
+                "VDI %s is a snapshot; snapshot its parent, or clone it "
+                "first" % key)
+        new = str(uuidlib.uuid4())
+        name = "%s@%s" % (row["name"], new)
+        log.info("snapshot %s", name)
+        zfs.snapshot(name, _vdi_props(
+            new, meta.decode_text(row[meta.VDI_NAME]),
+            meta.decode_text(row[meta.VDI_DESCRIPTION]),
+            row.get(meta.VDI_SHARABLE) == "true"))
+        return _to_volume(zfs.get_one(name, meta.VOLUME_COLUMNS))
+
+
+def clone(dbg, sr, key):
+    with lock.sr_lock(sr):
+        row = srmod.sr_row(sr)
+        thick = row[meta.SR_PROVISIONING] == "thick"
+        source = find(sr, key)
+        new = str(uuidlib.uuid4())
+        dataset = meta.vdi_dataset(sr, new)
+        props = _vdi_props(new, meta.decode_text(source[meta.VDI_NAME]),
+                           meta.decode_text(source[meta.VDI_DESCRIPTION]),
+                           source.get(meta.VDI_SHARABLE) == "true")
+        if thick:
+            props["refreservation"] = "auto"
+        if _is_snapshot(source):
+            log.info("clone %s -> %s", source["name"], dataset)
+            zfs.clone(source["name"], dataset, props)
+        else:
+            internal = "%s@%s%s" % (source["name"], meta.INTERNAL_SNAPSHOT,
+                                    new)
+            log.info("clone live %s via %s -> %s", source["name"], internal,
+                     dataset)
+            zfs.snapshot(internal)
+            zfs.clone(internal, dataset, props)
+            zfs.destroy(internal, defer=True)  # goes with the clone
+        return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+
+
 def destroy(dbg, sr, key):
     with lock.sr_lock(sr):
         srmod.sr_row(sr)
+        rows = _list(sr)
+        pending = _needs_collect(rows)
         try:
-            row = find(sr, key)
+            row = _find_in(rows, key) if names.is_uuid(key) else None
         except errors.Volume_does_not_exist:
+            row = None
+        if row is None:
             log.info("%s is already gone", key)  # xapi repeats destroys
-            return None
-        log.info("destroying %s", row["name"])
-        zfs.destroy(row["name"])
+        elif _is_snapshot(row):
+            log.info("destroying snapshot %s%s", row["name"],
+                     " (deferred: it has clones)" if _clones(row) else "")
+            zfs.destroy(row["name"], defer=bool(_clones(row)))
+        elif _has_dependents(row["name"], rows):
+            log.info("hiding %s: snapshots or clones still need it",
+                     row["name"])
+            zfs.set_props(row["name"], {meta.VDI_UUID: meta.HIDDEN})
+        else:
+            log.info("destroying %s", row["name"])
+            zfs.destroy(row["name"], recursive=True)
+        if pending:  # a hidden parent may be free now, or a crash left work
+            collect(sr)
     return None
+
+
+def resize(dbg, sr, key, new_size):
+    with lock.sr_lock(sr):
+        srmod.sr_row(sr)
+        row = find(sr, key)
+        if _is_snapshot(row):
+            raise errors.InvalidArgument(
+                "VDI %s is a read-only snapshot and cannot be resized" % key)
+        size = _round_up(new_size, int(row["volblocksize"]))
+        current = int(row["volsize"])
+        if new_size < current:
+            raise errors.VdiShrinkNotAllowed(
+                "VDI %s is %d bytes; shrinking it to %d would lose data"
+                % (key, current, new_size))
+        if size == current:
+            return None
+        props = {"volsize": str(size)}
+        if row.get("refreservation") not in (None, "0", "none"):
+            props["refreservation"] = "auto"  # thick stays thick
+        log.info("resize %s: %d -> %d", row["name"], current, size)
+        zfs.set_props(row["name"], props)
+    return None
+
+
+def _update(sr, key, change):
+    """Read-modify-write of one VDI's properties under the SR lock."""
+    with lock.sr_lock(sr):
+        srmod.sr_row(sr)
+        row = find(sr, key)
+        zfs.set_props(row["name"], change(row))
+
+
+def set_name(dbg, sr, key, new_name):
+    _update(sr, key, lambda row: {meta.VDI_NAME: meta.encode_text(new_name)})
+
+
+def set_description(dbg, sr, key, new_description):
+    _update(sr, key, lambda row: {
+        meta.VDI_DESCRIPTION: meta.encode_text(new_description)})
+
+
+def _with_key(row, k, v):
+    keys = meta.decode_keys(row[meta.VDI_KEYS])
+    if v is None:
+        keys.pop(k, None)
+    else:
+        keys[k] = v
+    return {meta.VDI_KEYS: meta.encode_keys(keys)}
+
+
+def set_key(dbg, sr, key, k, v):
+    _update(sr, key, lambda row: _with_key(row, k, v))
+
+
+def unset_key(dbg, sr, key, k):
+    _update(sr, key, lambda row: _with_key(row, k, None))
 
 
 HANDLERS = {
     "Volume.create": create, "Volume.stat": stat, "Volume.destroy": destroy,
+    "Volume.snapshot": snapshot, "Volume.clone": clone,
+    "Volume.resize": resize, "Volume.set_name": set_name,
+    "Volume.set_description": set_description, "Volume.set": set_key,
+    "Volume.unset": unset_key,
 }

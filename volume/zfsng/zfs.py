@@ -25,7 +25,8 @@ _ERROR_PATTERNS = [
     (re.compile(r"dataset already exists|pool already exists"),
      errors.DatasetExists),
     (re.compile(r"is busy|resource busy"), errors.DatasetBusy),
-    (re.compile(r"out of space|insufficient space|not enough space"),
+    (re.compile(r"out of space|insufficient space|not enough space|"
+                r"greater than available space"),
      errors.OutOfSpace),
 ]
 
@@ -162,6 +163,21 @@ def create_volume(name, size, props, sparse=True):
     zfs(*(argv + ["--", name]))
 
 
+def snapshot(name, props=None):
+    """``zfs snapshot -o k=v... pool/vol@snap``: one atomic command."""
+    argv = ["snapshot"]
+    for key, value in sorted((props or {}).items()):
+        argv += ["-o", "%s=%s" % (key, value)]
+    zfs(*(argv + ["--", name]))
+
+
+def clone(origin, name, props):
+    argv = ["clone"]
+    for key, value in sorted(props.items()):
+        argv += ["-o", "%s=%s" % (key, value)]
+    zfs(*(argv + ["--", origin, name]))
+
+
 def create_filesystem(name, props):
     argv = ["create"]
     for key, value in sorted(props.items()):
@@ -206,8 +222,10 @@ def pool_by_name(name):
 def pool_leaf_devices(pool):
     """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
     out = zpool("list", "-v", "-H", "-P", "-o", "name", "--", pool)
-    return [line.strip() for line in out.splitlines()
-            if line.strip().startswith("/")]
+    # In scripted mode every vdev line is "\t<name>" followed by the fixed
+    # statistics columns, whatever -o says (print_list_stats): keep the name.
+    names = [line.strip().split("\t")[0] for line in out.splitlines()]
+    return [name for name in names if name.startswith("/")]
 
 
 def create_pool(name, vdev_args, pool_props, fs_props, force=False):

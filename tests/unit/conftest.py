@@ -1,0 +1,101 @@
+"""Fixtures for the unit tests.
+
+The ZFS layer is faked at one seam only: the command runner. ``fake``
+installs a ``fakezfs.FakeZfs`` with ``runner.set_runner``; every other test
+gets a runner that fails loudly, so no unit test can ever run a real zfs,
+zpool, lsblk or wipefs on the machine running the tests. Locks go to the
+test session's own directory.
+
+Handlers are called as the wire calls them: ``call("SR.create", uuid=...,
+...)`` goes through ``wire.call`` with ``dbg`` first, so arguments and
+results are type-checked against the v5 interface on every call.
+"""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VOLUME_DIR = os.path.abspath(os.path.join(HERE, os.pardir, os.pardir,
+                                          "volume"))
+# The repository's zfsng, unless PYTHONPATH names another one on purpose.
+if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p and os.path.isdir(os.path.join(p, "zfsng"))]:
+    sys.path.insert(0, VOLUME_DIR)
+
+from zfsng import lock, plugin, runner, sr, volume, wire  # noqa: E402
+
+import fakezfs  # noqa: E402
+
+GiB = fakezfs.GiB
+SR_UUID = "3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61"
+SR_UUID2 = "b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+PROGRAMS = fakezfs.PROGRAMS
+
+
+def _refuse(argv, stdin_text=None):
+    raise AssertionError("a unit test ran a real command: %r" % (argv,))
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(autouse=True)
+def isolated(run_dir, monkeypatch):
+    """No real command; locks in the session's own directory."""
+    monkeypatch.setattr(lock, "RUN_DIR", run_dir)
+    old = runner.set_runner(_refuse)
+    yield
+    runner.set_runner(old)
+
+
+@pytest.fixture
+def fake():
+    """A FakeZfs host with four blank 10 GiB disks /dev/sdb../dev/sde."""
+    host = fakezfs.FakeZfs()
+    for name in "bcde":
+        host.add_disk("/dev/sd" + name)
+    old = runner.set_runner(host)
+    yield host
+    runner.set_runner(old)
+    assert not host.unknown, "argv forms the fake does not know: %r" % (
+        host.unknown,)
+    for argv in host.calls:
+        # argv lists, never a shell: a bare program name first, and no
+        # option-looking word after "--".
+        assert argv[0] in PROGRAMS, argv
+        if "--" in argv:
+            after = argv[argv.index("--") + 1:]
+            assert not [a for a in after if a.startswith("-")], argv
+
+
+def handlers():
+    table = {}
+    for module in (plugin, sr, volume):
+        table.update(module.HANDLERS)
+    return table
+
+
+def call(method, **args):
+    """Run a method as xapi-storage-script would reach it (checked)."""
+    args = dict(args)
+    args.setdefault("dbg", "unit-test")
+    return wire.call(method, args, handlers())
+
+
+def create_sr(config=None, uuid=SR_UUID, name="tank", description=""):
+    """SR.create, then SR.attach with what create returned: (sr, config).
+    The default device-config is device=/dev/sdb."""
+    stored = call("SR.create", uuid=uuid,
+                  configuration=dict(config or {"device": "/dev/sdb"}),
+                  name=name, description=description)
+    return call("SR.attach", configuration=stored), stored
+
+
+def create_volume(sr_name, size=GiB, name="disk", description="",
+                  sharable=False):
+    return call("Volume.create", sr=sr_name, name=name,
+                description=description, size=size, sharable=sharable)

@@ -1,0 +1,1692 @@
+"""fakezfs: an in-memory host with OpenZFS 2.1 for zfs-ng's unit tests.
+
+zfs-ng runs every external program through ``zfsng.runner``; the unit tests
+install a ``FakeZfs`` there (``runner.set_runner``) and fake nothing else.
+The fake keeps a small model of a host -- block devices, pools, datasets --
+and answers the argv forms zfs-ng uses the way the real tools answer them:
+the same output layout (tabs, ``-`` for "no value", ``zpool list -v`` vdev
+lines that carry their statistics columns whatever ``-o`` says, ``zpool
+status`` and ``zpool import`` text blocks), the same error texts on stderr
+and the same exit codes (texts taken from OpenZFS 2.1 cmd/zpool, cmd/zfs and
+libzfs, and from util-linux for lsblk, blkid and wipefs).
+
+Rules
+- Every argv is recorded in ``calls``, refused or not, so a test can check
+  what ran, and that a refused call ran nothing that changes state
+  (``mutations()``).
+- An argv form the fake does not know raises AssertionError naming it (and
+  is remembered in ``unknown``, which the test fixture checks): a gap in the
+  fake fails a test, it never passes silently.
+- One method per command: ``_zpool_create``, ``_zfs_list``, ``_lsblk``...
+- Test set-up and the admin's own actions go through the helpers below
+  (``add_disk``, ``offline``, ``write``...) or ``admin("zfs snapshot
+  tank/x@y")``, which runs the same command code without recording it.
+
+Sizes are modelled plainly but consistently: a whole disk given to ``zpool
+create`` is partitioned (data partition 1, 8 MiB partition 9) as ZFS on
+Linux does, each leaf loses its label area, raidz loses parity, the pool
+keeps 1/32 as slop space; datasets account used = usedbydataset +
+usedbysnapshots + usedbyrefreservation + usedbychildren, ``available`` is
+the pool's free space (plus the unconsumed refreservation of a volume), and
+a thick volume's refreservation is its size plus block-pointer overhead.
+"""
+
+import re
+import shlex
+
+from zfsng import runner
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+TiB = 1024 * GiB
+
+ZFS_VERSION = "zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n"
+PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm")
+MUTATING = {
+    ("zpool", "create"), ("zpool", "import"), ("zpool", "export"),
+    ("zpool", "destroy"), ("zpool", "labelclear"), ("zfs", "create"),
+    ("zfs", "set"), ("zfs", "inherit"), ("zfs", "destroy"),
+    ("zfs", "snapshot"), ("zfs", "clone"), ("zfs", "rename"),
+    ("zfs", "promote"), ("wipefs",),
+}
+
+FS_BASE = 24 * KiB        # what an empty filesystem references
+VOL_BASE = 12 * KiB       # what an empty zvol references
+LABELS = 4 * 256 * KiB + 3584 * KiB   # vdev labels and boot area, per leaf
+DEFAULT_VOLBLOCKSIZE = 8192            # OpenZFS 2.1 (16K since 2.2)
+
+GROUP_MIN = {"mirror": 2, "raidz": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
+CLASSES = ("log", "cache", "spare", "special", "dedup")
+NATIVE_DEFAULTS = {
+    "compression": "off", "dedup": "off", "sync": "standard",
+    "volmode": "default", "atime": "on", "readonly": "off",
+    "canmount": "on", "checksum": "on", "recordsize": "131072",
+    "logbias": "latency", "primarycache": "all", "secondarycache": "all",
+}
+COMPRESSION_RE = re.compile(
+    r"^(on|off|lzjb|zle|lz4|gzip|gzip-[1-9]|zstd|zstd-([1-9]|1[0-9])|"
+    r"zstd-fast|zstd-fast-([1-9]|10|20|30|40|50|60|70|80|90|100|500|1000))$")
+NATIVE_CHOICES = {
+    "dedup": ("on", "off", "verify", "sha256", "sha256,verify", "sha512",
+              "sha512,verify", "skein", "skein,verify", "edonr,verify"),
+    "sync": ("standard", "always", "disabled"),
+    "volmode": ("default", "full", "geom", "dev", "none"),
+    "atime": ("on", "off"), "readonly": ("on", "off"),
+    "canmount": ("on", "off", "noauto"),
+    "checksum": ("on", "off", "fletcher2", "fletcher4", "sha256", "sha512",
+                 "skein", "edonr", "blake3"),
+    "logbias": ("latency", "throughput"),
+    "primarycache": ("all", "none", "metadata"),
+    "secondarycache": ("all", "none", "metadata"),
+}
+USER_PROP_RE = re.compile(r"^[a-z0-9_.:-]+$")
+COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.: -]+$")
+MAX_PROP_VALUE = 4095     # libzfs: strlen(value) >= ZFS_MAXPROPLEN fails
+
+
+class CommandError(Exception):
+    """A command failed: its stderr and exit status."""
+
+    def __init__(self, err, rc=1):
+        Exception.__init__(self, err)
+        self.err = err if err.endswith("\n") else err + "\n"
+        self.rc = rc
+
+
+def nicenum(num):
+    """zfs_nicenum(): 1024-based, as zpool prints sizes without -p."""
+    n, index = num, 0
+    while n >= 1024 and index < 6:
+        n = (n + 512) // 1024
+        index += 1
+    if index == 0:
+        return "%d" % num
+    value = float(num) / (1 << (10 * index))
+    suffix = " KMGTPE"[index]
+    if value < 10 and num & (num - 1):
+        return "%.2f%s" % (value, suffix)
+    if value < 100 and num & (num - 1):
+        return "%.1f%s" % (value, suffix)
+    return "%.0f%s" % (value, suffix)
+
+
+def parse_size(text):
+    match = re.match(r"^([0-9]+)([KMGTP]?)B?$", text, re.I)
+    if not match:
+        return None
+    scale = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": TiB, "P": TiB * 1024}
+    return int(match.group(1)) * scale[match.group(2).upper()]
+
+
+# --- the model ---------------------------------------------------------------
+
+class Device(object):
+    """A block device: a disk, a partition or a holder (lvm, md...)."""
+
+    def __init__(self, path, size, kind="disk", parent=None, mountpoint="",
+                 signatures=None):
+        self.path = path
+        self.size = size
+        self.kind = kind
+        self.parent = parent
+        self.mountpoint = mountpoint   # "", "/mnt/x" or "[SWAP]"
+        self.signatures = list(signatures or [])  # [{"TYPE": "ext4"}, ...]
+        self.label = None      # ZFS label: {"pool", "guid", "leaf_guid"}
+        self.children = []     # paths of partitions and holders
+
+
+class Leaf(object):
+    def __init__(self, path, size, guid):
+        self.path = path
+        self.size = size
+        self.guid = guid
+        self.state = "ONLINE"
+        self.aux = ""          # "too many errors", ...
+        self.present = True    # False: shown by guid, "was <path>"
+        self.errors = (0, 0, 0)
+
+
+class Vdev(object):
+    """A top-level vdev: kind disk/mirror/raidzN, in a class or not."""
+
+    def __init__(self, kind, klass, leaves):
+        self.kind = kind
+        self.klass = klass     # None, "log", "cache", "spare", ...
+        self.leaves = leaves
+
+
+class Pool(object):
+    def __init__(self, name, guid, vdevs, props):
+        self.name = name
+        self.guid = guid
+        self.vdevs = vdevs
+        self.props = props          # pool properties (-o)
+        self.state = "ACTIVE"       # ACTIVE, EXPORTED, DESTROYED
+        self.readonly = False
+        self.health_override = None
+        self.datasets = {}          # name -> Dataset (all types)
+        self.txg = 4
+
+    def leaves(self):
+        return [leaf for vdev in self.vdevs for leaf in vdev.leaves]
+
+
+class Dataset(object):
+    def __init__(self, name, kind, props, txg, guid):
+        self.name = name
+        self.kind = kind            # filesystem, volume, snapshot
+        self.props = dict(props)    # local properties, native and user
+        self.createtxg = txg
+        self.guid = guid
+        self.refer = 0              # bytes the dataset (or snapshot) sees
+        self.from_origin = 0        # of refer, shared with the origin
+        self.origin = None          # clones: the origin snapshot's name
+        self.volsize = None
+        self.volblocksize = None
+        self.unique = 0             # snapshots: bytes only they hold
+        self.clones = []            # snapshots: names of their clones
+        self.defer_destroy = False  # snapshots
+
+
+def _parent_name(name):
+    if "@" in name:
+        return name.split("@", 1)[0]
+    return name.rsplit("/", 1)[0] if "/" in name else None
+
+
+def _head(name):
+    return name.split("@", 1)[0]
+
+
+def _sort_key(ds):
+    """zfs list's default order: by dataset name, snapshots after their
+    dataset in creation order."""
+    return (_head(ds.name), ds.kind == "snapshot", ds.createtxg)
+
+
+def _getopt(argv, spec):
+    """GNU getopt: short options from spec ("Hpo:" style), permuted
+    non-options, ``--`` ends options. Returns ([(flag, value)], args), or
+    None when argv holds an option that spec does not know."""
+    takes = {}
+    i = 0
+    while i < len(spec):
+        takes[spec[i]] = spec[i + 1:i + 2] == ":"
+        i += 2 if takes[spec[i]] else 1
+    opts, args, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            args.extend(argv[i + 1:])
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            j = 1
+            while j < len(arg):
+                flag = arg[j]
+                if flag not in takes:
+                    return None
+                if takes[flag]:
+                    value = arg[j + 1:]
+                    if not value:
+                        i += 1
+                        if i >= len(argv):
+                            return None
+                        value = argv[i]
+                    opts.append((flag, value))
+                    break
+                opts.append((flag, None))
+                j += 1
+        else:
+            args.append(arg)
+        i += 1
+    return opts, args
+
+
+class _Unknown(Exception):
+    pass
+
+
+class FakeZfs(object):
+    """The runner: ``FakeZfs()(argv, stdin_text) -> runner.Result``."""
+
+    def __init__(self):
+        self.calls = []
+        self.unknown = []
+        self.devices = {}
+        self.pools = []             # every pool ever made, any state
+        self.injected = []          # [prefix, rc, err, times]
+        self._guid = 9 * 10 ** 18 + 170000000000000
+        self.default_volblocksize = DEFAULT_VOLBLOCKSIZE
+
+    # --- the runner interface ------------------------------------------------
+
+    def __call__(self, argv, stdin_text=None):
+        self.calls.append(list(argv))
+        return self._run(list(argv))
+
+    def admin(self, command):
+        """Run a command line as the admin would (not recorded); raise
+        CommandError when it fails. Returns stdout."""
+        result = self._run(shlex.split(command))
+        if result.rc != 0:
+            raise CommandError(result.err, result.rc)
+        return result.out
+
+    def _run(self, argv):
+        assert argv and all(isinstance(a, str) for a in argv), argv
+        for rule in self.injected:
+            prefix, rc, err, times = rule
+            if argv[:len(prefix)] == prefix and times != 0:
+                rule[3] -= 1
+                return runner.Result(argv, rc, "", err)
+        handler = self._handler(argv)
+        try:
+            if handler is None:
+                raise _Unknown()
+            out = handler(argv)
+        except _Unknown:
+            self.unknown.append(argv)
+            raise AssertionError("fakezfs: unsupported command %r" % (argv,))
+        except CommandError as exc:
+            return runner.Result(argv, exc.rc, "", exc.err)
+        if isinstance(out, tuple):      # (stdout, stderr)
+            return runner.Result(argv, 0, out[0], out[1])
+        return runner.Result(argv, 0, out or "", "")
+
+    def _handler(self, argv):
+        prog = argv[0]
+        if prog in ("zpool", "zfs", "udevadm") and len(argv) > 1:
+            return getattr(self, "_%s_%s" % (prog, argv[1]), None)
+        if prog in ("lsblk", "blkid", "wipefs"):
+            return getattr(self, "_" + prog)
+        return None
+
+    def _getopt(self, argv, start, spec):
+        parsed = _getopt(argv[start:], spec)
+        if parsed is None:
+            raise _Unknown()
+        return parsed
+
+    # --- what tests look at --------------------------------------------------
+
+    def mutations(self, since=0):
+        """The recorded argvs that change state (from calls[since:])."""
+        return [a for a in self.calls[since:] if self._mutating(a)]
+
+    @staticmethod
+    def _mutating(argv):
+        if argv[:2] == ["zpool", "import"]:      # a listing reads only
+            parsed = _getopt(argv[2:], "o:Nd:")
+            return parsed is None or bool(parsed[1])
+        return tuple(argv[:2]) in MUTATING or tuple(argv[:1]) in MUTATING
+
+    def ran(self, *prefix, **kwargs):
+        """Recorded argvs that start with prefix (from calls[since:])."""
+        prefix = list(prefix)
+        return [a for a in self.calls[kwargs.get("since", 0):]
+                if a[:len(prefix)] == prefix]
+
+    def imported(self):
+        return sorted(p.name for p in self.pools if p.state == "ACTIVE")
+
+    def pool(self, name, state="ACTIVE"):
+        for pool in self.pools:
+            if pool.name == name and pool.state == state:
+                return pool
+        raise KeyError("no %s pool %s" % (state, name))
+
+    def dataset(self, name):
+        pool, ds = self._lookup(name)
+        return ds
+
+    def exists(self, name):
+        try:
+            self._lookup(name)
+            return True
+        except CommandError:
+            return False
+
+    def get(self, name, prop):
+        """A property as ``zfs list -Hp`` prints it (None for ``-``)."""
+        pool, ds = self._lookup(name)
+        return self._value(pool, ds, prop)
+
+    def local_props(self, name):
+        return dict(self.dataset(name).props)
+
+    # --- test set-up ---------------------------------------------------------
+
+    def add_disk(self, path, size=10 * GiB, fs=None, pttype=None,
+                 mountpoint="", kind="disk"):
+        sigs = []
+        if pttype:
+            sigs.append({"PTTYPE": pttype, "PTUUID": "0c0ffee0"})
+        if fs:
+            sigs.append({"TYPE": fs, "USAGE": "filesystem"})
+        self.devices[path] = Device(path, size, kind, None, mountpoint, sigs)
+        return path
+
+    def add_partition(self, disk, number, size=None, fs=None, mountpoint=""):
+        parent = self.devices[disk]
+        path = self._part_name(disk, number)
+        size = size or parent.size // 2
+        sigs = [{"TYPE": fs, "USAGE": "filesystem"}] if fs else []
+        self.devices[path] = Device(path, size, "part", disk, mountpoint,
+                                    sigs)
+        parent.children.append(path)
+        if not any("PTTYPE" in s for s in parent.signatures):
+            parent.signatures.append({"PTTYPE": "gpt", "PTUUID": "0c0ffee1"})
+        return path
+
+    def add_holder(self, parent, path, kind="lvm", mountpoint=""):
+        self.devices[path] = Device(path, self.devices[parent].size, kind,
+                                    parent, mountpoint)
+        self.devices[parent].children.append(path)
+        return path
+
+    def _leaf(self, path):
+        for pool in self.pools:
+            if pool.state != "ACTIVE":
+                continue
+            for leaf in pool.leaves():
+                if leaf.path == path:
+                    return pool, leaf
+        raise KeyError("no leaf %s in an imported pool" % path)
+
+    def offline(self, path):
+        """``zpool offline``: the leaf is OFFLINE."""
+        self._leaf(path)[1].state = "OFFLINE"
+
+    def fault(self, path):
+        """The leaf failed with too many errors."""
+        leaf = self._leaf(path)[1]
+        leaf.state, leaf.aux, leaf.errors = "FAULTED", "too many errors", \
+            (3, 41, 0)
+
+    def lose(self, path):
+        """The leaf's disk is gone (as after an import without it)."""
+        leaf = self._leaf(path)[1]
+        leaf.state, leaf.present = "UNAVAIL", False
+
+    def set_health(self, pool, state):
+        """Force the pool's state (FAULTED, SUSPENDED...)."""
+        self.pool(pool).health_override = state
+
+    def inject(self, command, err, rc=1, times=1):
+        """The next ``times`` runs of argvs starting with the words of
+        command fail with err (times=-1: always)."""
+        self.injected.append([command.split(), rc, err, times])
+
+    def write(self, name, nbytes, overwrite=0):
+        """A guest writes nbytes of new data, and overwrites overwrite
+        bytes of existing data (kept by the newest snapshot, if any)."""
+        pool, ds = self._lookup(name)
+        self._check_space(pool, name, nbytes, ds)
+        ds.refer += nbytes
+        if overwrite:
+            snaps = self._snapshots(pool, ds.name)
+            if snaps:
+                snaps[-1].unique += overwrite
+            ds.from_origin = max(0, ds.from_origin - overwrite)
+
+    # --- model helpers -------------------------------------------------------
+
+    def _new_guid(self):
+        self._guid += 7919131
+        return str(self._guid)
+
+    @staticmethod
+    def _part_name(disk, number):
+        return "%s%s%d" % (disk, "p" if disk[-1].isdigit() else "", number)
+
+    def _active_pool(self, name):
+        for pool in self.pools:
+            if pool.name == name and pool.state == "ACTIVE":
+                return pool
+        return None
+
+    def _lookup(self, name, errprefix=None):
+        """(pool, dataset) of an imported dataset, or CommandError."""
+        pool = self._active_pool(name.split("/")[0].split("@")[0])
+        ds = pool.datasets.get(name) if pool else None
+        if ds is None:
+            raise CommandError("%s: dataset does not exist"
+                               % (errprefix or "cannot open '%s'" % name))
+        return pool, ds
+
+    def _children(self, pool, name):
+        return sorted((d for d in pool.datasets.values()
+                       if d.kind != "snapshot" and
+                       _parent_name(d.name) == name), key=_sort_key)
+
+    def _snapshots(self, pool, name):
+        return sorted((d for d in pool.datasets.values()
+                       if d.kind == "snapshot" and _head(d.name) == name),
+                      key=lambda d: d.createtxg)
+
+    def _descendants(self, pool, name):
+        """Everything below name: children, snapshots, recursively."""
+        return [d for d in pool.datasets.values()
+                if d.name.startswith(name + "/") or
+                d.name.startswith(name + "@")]
+
+    # space
+
+    def _capacity(self, pool):
+        """(usable bytes, raw bytes) of the pool's data vdevs."""
+        usable = raw = 0
+        for vdev in pool.vdevs:
+            if vdev.klass in ("log", "cache", "spare"):
+                continue
+            size = min(leaf.size for leaf in vdev.leaves) - LABELS
+            size = size // MiB * MiB
+            count = len(vdev.leaves)
+            if vdev.kind in ("disk", "mirror"):
+                usable += size
+                raw += size
+            else:
+                parity = 1 if vdev.kind == "raidz" else int(vdev.kind[-1])
+                usable += (count - parity) * size
+                raw += count * size
+        return usable, raw
+
+    def _slop(self, usable):
+        return min(max(min(usable >> 5, 128 * GiB), 128 * MiB), usable // 2)
+
+    def _pool_avail(self, pool):
+        usable, _ = self._capacity(pool)
+        root = pool.datasets[pool.name]
+        return max(0, usable - self._slop(usable) - self._used(pool, root))
+
+    def _refreservation(self, ds):
+        value = ds.props.get("refreservation", "none")
+        return 0 if value == "none" else int(value)
+
+    @staticmethod
+    def _auto_reservation(volsize, volblocksize):
+        """zvol_volsize_to_reservation(), roughly: data plus block
+        pointers plus a little metadata."""
+        return volsize + (volsize // volblocksize) * 256 + 64 * KiB
+
+    def _usedds(self, ds):
+        return ds.refer - ds.from_origin
+
+    def _usedsnap(self, pool, ds):
+        return sum(s.unique for s in self._snapshots(pool, ds.name))
+
+    def _usedrefreserv(self, ds):
+        return max(0, self._refreservation(ds) - self._usedds(ds))
+
+    def _usedchild(self, pool, ds):
+        return sum(self._used(pool, c) for c in self._children(pool, ds.name))
+
+    def _used(self, pool, ds):
+        if ds.kind == "snapshot":
+            return ds.unique
+        return (self._usedds(ds) + self._usedsnap(pool, ds) +
+                self._usedrefreserv(ds) + self._usedchild(pool, ds))
+
+    def _allocated(self, pool):
+        usable, raw = self._capacity(pool)
+        data = sum(self._usedds(d) if d.kind != "snapshot" else d.unique
+                   for d in pool.datasets.values())
+        return data * raw // usable if usable else 0
+
+    def _check_space(self, pool, name, need, ds=None, what="out of space",
+                     prefix=None):
+        avail = self._pool_avail(pool)
+        if ds is not None and ds.kind == "volume":
+            avail += self._usedrefreserv(ds)
+        if need > avail:
+            raise CommandError("%s: %s" % (prefix or "cannot write '%s'"
+                                           % name, what))
+
+    # properties
+
+    def _inherited(self, pool, ds, prop):
+        """(value, source dataset) along the inheritance chain, or (None,
+        None). Snapshots inherit from their dataset."""
+        name = ds.name
+        while name is not None:
+            current = pool.datasets.get(name)
+            if current is not None and prop in current.props:
+                return current.props[prop], name
+            name = _parent_name(name)
+        return None, None
+
+    def _value(self, pool, ds, prop):
+        """The text ``zfs list -Hp`` prints for prop; None means ``-``."""
+        snap = ds.kind == "snapshot"
+        head = pool.datasets.get(_head(ds.name))
+        is_vol = (head or ds).kind == "volume"
+        if ":" in prop:
+            return self._inherited(pool, ds, prop)[0]
+        simple = {
+            "name": lambda: ds.name,
+            "type": lambda: ds.kind,
+            "guid": lambda: ds.guid,
+            "createtxg": lambda: str(ds.createtxg),
+            "creation": lambda: str(1700000000 + ds.createtxg),
+            "used": lambda: str(self._used(pool, ds)),
+            "referenced": lambda: str(ds.refer),
+            "refer": lambda: str(ds.refer),
+            "logicalused": lambda: str(self._used(pool, ds)),
+            "compressratio": lambda: "1.00",
+            "refcompressratio": lambda: "1.00",
+        }
+        if prop in simple:
+            return simple[prop]()
+        if prop in ("available", "avail", "usedbydataset", "usedds",
+                    "usedbysnapshots", "usedsnap", "usedbychildren",
+                    "usedchild", "usedbyrefreservation", "usedrefreserv",
+                    "refreservation", "reservation", "written"):
+            if snap:
+                return None
+            return str({
+                "available": lambda: self._pool_avail(pool) + (
+                    self._usedrefreserv(ds) if is_vol else 0),
+                "usedbydataset": lambda: self._usedds(ds),
+                "usedbysnapshots": lambda: self._usedsnap(pool, ds),
+                "usedbychildren": lambda: self._usedchild(pool, ds),
+                "usedbyrefreservation": lambda: self._usedrefreserv(ds),
+                "refreservation": lambda: self._refreservation(ds),
+                "reservation": lambda: 0,
+                "written": lambda: self._usedds(ds),
+            }[{"avail": "available", "usedds": "usedbydataset",
+               "usedsnap": "usedbysnapshots", "usedchild": "usedbychildren",
+               "usedrefreserv": "usedbyrefreservation"}.get(prop, prop)]())
+        if prop in ("volsize", "volblocksize"):
+            if not is_vol:
+                return None
+            return str(getattr(ds, prop))
+        if prop == "origin":
+            return None if snap else ds.origin
+        if prop == "clones":
+            return ",".join(ds.clones) if snap else None
+        if prop == "defer_destroy":
+            return ("on" if ds.defer_destroy else "off") if snap else None
+        if prop == "mountpoint":
+            if snap or is_vol:
+                return None
+            value, source = self._inherited(pool, ds, prop)
+            if value is None:
+                return "/" + ds.name
+            if value in ("none", "legacy") or source == ds.name:
+                return value
+            return value.rstrip("/") + ds.name[len(source):]
+        if prop in NATIVE_DEFAULTS:
+            value, _ = self._inherited(pool, ds, prop)
+            return value if value is not None else NATIVE_DEFAULTS[prop]
+        raise CommandError("bad property list: invalid property '%s'" % prop,
+                           rc=2)
+
+    def _source(self, pool, ds, prop):
+        if prop in ds.props:
+            return "local"
+        if ":" in prop or prop in NATIVE_DEFAULTS or prop == "mountpoint":
+            value, source = self._inherited(pool, ds, prop)
+            if source is None:
+                return "default" if ":" not in prop else "-"
+            return "inherited from %s" % source
+        return "-"
+
+    def _check_prop(self, kind, key, value, errprefix, creating=True):
+        """libzfs zfs_valid_proplist(), for the properties zfs-ng sets."""
+        if ":" in key:
+            if not USER_PROP_RE.match(key) or len(key) > 255:
+                raise CommandError("%s: invalid property '%s'"
+                                   % (errprefix, key))
+            if len(value.encode("utf-8")) > MAX_PROP_VALUE:
+                raise CommandError("%s: property value '%s' is too long"
+                                   % (errprefix, value))
+            return
+        if kind == "snapshot":
+            raise CommandError("%s: this property can not be modified for "
+                               "snapshots" % errprefix)
+        if key == "compression":
+            if not COMPRESSION_RE.match(value):
+                raise CommandError(
+                    "%s: 'compression' must be one of 'on | off | lzjb | "
+                    "gzip | gzip-[1-9] | zle | lz4 | zstd | zstd-[1-19] | "
+                    "zstd-fast | zstd-fast-[1-10,20,30,40,50,60,70,80,90,"
+                    "100,500,1000]'" % errprefix)
+        elif key in NATIVE_CHOICES:
+            if value not in NATIVE_CHOICES[key]:
+                raise CommandError("%s: '%s' must be one of '%s'" % (
+                    errprefix, key, " | ".join(NATIVE_CHOICES[key])))
+        elif key == "mountpoint":
+            if kind != "filesystem":
+                raise CommandError("%s: 'mountpoint' does not apply to "
+                                   "datasets of this type" % errprefix)
+            if value not in ("none", "legacy") and not value.startswith("/"):
+                raise CommandError("%s: bad mount point '%s': must be an "
+                                   "absolute path, 'none', or 'legacy'"
+                                   % (errprefix, value))
+        elif key == "volblocksize":
+            if not creating:
+                raise CommandError("%s: 'volblocksize' is readonly"
+                                   % errprefix)
+            size = parse_size(value)
+            if kind != "volume" or size is None or size < 512 or \
+                    size > 128 * KiB or size & (size - 1):
+                raise CommandError(
+                    "%s: 'volblocksize' must be power of 2 from 512B to "
+                    "128KB" % errprefix)
+        elif key in ("refreservation", "reservation"):
+            if value == "auto" and key == "refreservation":
+                if kind != "volume":
+                    raise CommandError("%s: 'refreservation=auto' only "
+                                       "supported on volumes" % errprefix)
+            elif value != "none" and parse_size(value) is None:
+                raise CommandError("%s: bad numeric value '%s'"
+                                   % (errprefix, value))
+        elif key == "volsize":
+            if kind != "volume":
+                raise CommandError("%s: 'volsize' does not apply to datasets"
+                                   " of this type" % errprefix)
+        else:
+            raise CommandError("%s: invalid property '%s'" % (errprefix, key))
+
+    @staticmethod
+    def _parse_props(pairs, errprefix):
+        props = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise CommandError("missing '=' for property=value argument",
+                                   rc=2)
+            if key in props:
+                raise CommandError("property '%s' specified multiple times"
+                                   % key, rc=2)
+            props[key] = value
+        return props
+
+    def _check_name(self, name, errprefix, snapshot=False):
+        head, at, snap = name.partition("@")
+        parts = head.split("/")
+        bad = [p for p in parts + ([snap] if at else [])
+               if not p or not COMPONENT_RE.match(p)]
+        if bad or (at and not snapshot) or (snapshot and not at) or \
+                len(name) >= 256:
+            raise CommandError("%s: invalid character or empty component in "
+                               "name" % errprefix)
+
+    def _new_dataset(self, pool, name, kind, props):
+        pool.txg += 1
+        ds = Dataset(name, kind, props, pool.txg, self._new_guid())
+        pool.datasets[name] = ds
+        return ds
+
+    # --- block devices -------------------------------------------------------
+
+    def _family(self, path):
+        """The device and everything below it, lsblk's -l order."""
+        out = [self.devices[path]]
+        for child in self.devices[path].children:
+            out.extend(self._family(child))
+        return out
+
+    def _lsblk(self, argv):
+        if argv[1:-1] == ["-n", "-l", "-p", "-P", "-o",
+                          "NAME,TYPE,MOUNTPOINT"]:
+            pairs = True
+        elif argv[1:-1] == ["-n", "-l", "-p", "-o", "NAME"]:
+            pairs = False
+        else:
+            raise _Unknown()
+        path = argv[-1]
+        if path not in self.devices:
+            raise CommandError("lsblk: %s: not a block device" % path, rc=32)
+        lines = []
+        for dev in self._family(path):
+            if pairs:
+                lines.append('NAME="%s" TYPE="%s" MOUNTPOINT="%s"'
+                             % (dev.path, dev.kind, dev.mountpoint))
+            else:
+                lines.append(dev.path)
+        return "\n".join(lines) + "\n"
+
+    def _blkid_signatures(self, dev):
+        sigs = [dict(s) for s in dev.signatures]
+        if dev.label:
+            sigs.append({"LABEL": dev.label["pool"],
+                         "UUID": dev.label["guid"],
+                         "UUID_SUB": dev.label["leaf_guid"],
+                         "TYPE": "zfs_member", "USAGE": "filesystem"})
+        return sigs
+
+    def _blkid(self, argv):
+        if argv[1:-1] != ["-p", "-o", "export"]:
+            raise _Unknown()
+        path = argv[-1]
+        if path not in self.devices:
+            raise CommandError("blkid: error: %s: No such file or directory"
+                               % path, rc=2)
+        sigs = self._blkid_signatures(self.devices[path])
+        if not sigs:
+            raise CommandError("", rc=2)   # nothing found: silent, exit 2
+        if len([s for s in sigs if "TYPE" in s]) > 1:
+            raise CommandError(
+                "blkid: %s: ambivalent result (probably more filesystems on "
+                "the device, use wipefs(8) to see more details)" % path, rc=8)
+        lines = ["DEVNAME=%s" % path]
+        for sig in sigs:
+            lines += ["%s=%s" % kv for kv in sorted(sig.items())]
+        return "\n".join(lines) + "\n"
+
+    def _in_use(self, dev):
+        for member in self._family(dev.path):
+            if member.mountpoint:
+                return True
+            if member.label and self._active_pool(member.label["pool"]) and \
+                    self._active_pool(member.label["pool"]).guid == \
+                    member.label["guid"]:
+                return True
+        return False
+
+    def _wipefs(self, argv):
+        if len(argv) != 3 or argv[1] != "-a":
+            raise _Unknown()
+        path = argv[2]
+        if path not in self.devices:
+            raise CommandError("wipefs: error: %s: probing initialization "
+                               "failed: No such file or directory" % path)
+        dev = self.devices[path]
+        if self._in_use(dev):
+            raise CommandError("wipefs: error: %s: probing initialization "
+                               "failed: Device or resource busy" % path)
+        lines = []
+        for sig in self._blkid_signatures(dev):
+            kind = sig.get("PTTYPE") or sig.get("TYPE")
+            lines.append("%s: 8 bytes were erased at offset 0x00000200 (%s)"
+                         ": 45 46 49 20 50 41 52 54" % (path, kind))
+            if "PTTYPE" in sig:
+                for child in list(dev.children):
+                    if self.devices[child].kind == "part":
+                        self._remove_device(child)
+                        dev.children.remove(child)
+        dev.signatures, dev.label = [], None
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    def _remove_device(self, path):
+        for child in self.devices[path].children:
+            self._remove_device(child)
+        del self.devices[path]
+
+    def _udevadm_settle(self, argv):
+        if len(argv) != 3 or not re.match(r"^--timeout=[0-9]+$", argv[2]):
+            raise _Unknown()
+        return ""
+
+    # --- zpool ---------------------------------------------------------------
+
+    def _health(self, pool):
+        if pool.health_override:
+            return pool.health_override
+        state = "ONLINE"
+        for vdev in pool.vdevs:
+            bad = len([leaf for leaf in vdev.leaves if leaf.state != "ONLINE"])
+            if not bad or vdev.klass in ("cache", "spare"):
+                continue
+            if vdev.kind in ("disk",) or \
+                    (vdev.kind == "mirror" and bad == len(vdev.leaves)) or \
+                    (vdev.kind.startswith("raidz") and
+                     bad > (1 if vdev.kind == "raidz" else
+                            int(vdev.kind[-1]))):
+                if vdev.klass == "log":
+                    state = "DEGRADED"
+                    continue
+                return "UNAVAIL"
+            state = "DEGRADED"
+        return state
+
+    def _vdev_state(self, vdev):
+        bad = [leaf for leaf in vdev.leaves if leaf.state != "ONLINE"]
+        if not bad:
+            return "ONLINE"
+        if vdev.kind == "disk":
+            return bad[0].state
+        limit = len(vdev.leaves) - 1 if vdev.kind == "mirror" else \
+            (1 if vdev.kind == "raidz" else int(vdev.kind[-1]))
+        return "UNAVAIL" if len(bad) > limit else "DEGRADED"
+
+    def _pool_prop(self, pool, prop):
+        usable, raw = self._capacity(pool)
+        alloc = self._allocated(pool)
+        values = {
+            "name": pool.name, "guid": pool.guid,
+            "health": self._health(pool), "size": str(raw),
+            "allocated": str(alloc), "alloc": str(alloc),
+            "free": str(raw - alloc), "freeing": "0",
+            "capacity": str(alloc * 100 // raw if raw else 0),
+            "cap": str(alloc * 100 // raw if raw else 0),
+            "fragmentation": "0", "frag": "0", "dedupratio": "1.00",
+            "expandsize": "-", "checkpoint": "-",
+            "altroot": "-", "readonly": "on" if pool.readonly else "off",
+            "cachefile": pool.props.get("cachefile", "-"),
+            "ashift": pool.props.get("ashift", "0"),
+        }
+        if prop not in values:
+            raise CommandError("property '%s' is not a valid pool or vdev "
+                               "property" % prop, rc=2)
+        return values[prop]
+
+    def _zpool_list(self, argv):
+        opts, args = self._getopt(argv, 2, "HpPvo:")
+        flags = dict(opts)
+        if "H" not in flags or "o" not in flags:
+            raise _Unknown()
+        columns = flags["o"].split(",")
+        if "v" in flags and ("P" not in flags or columns != ["name"]):
+            raise _Unknown()
+        if args:
+            pools = []
+            for name in args:
+                pool = self._active_pool(name)
+                if pool is None:
+                    raise CommandError("cannot open '%s': no such pool" % name)
+                pools.append(pool)
+        else:
+            pools = sorted((p for p in self.pools if p.state == "ACTIVE"),
+                           key=lambda p: p.name)
+        lines = []
+        for pool in pools:
+            lines.append("\t".join(self._pool_prop(pool, c) for c in columns))
+            if "v" in flags:
+                lines += self._list_vdev_lines(pool)
+        return "".join(line + "\n" for line in lines)
+
+    def _list_vdev_lines(self, pool):
+        """``zpool list -v -H -P``: print_list_stats(). Vdev lines are a tab,
+        the name and always the fixed statistics columns; class headers are
+        printed with spaces and dashes, even with -H."""
+        dashes = ("%-9s      -      -      -        -         -      -"
+                  "      -      -         -")
+
+        def stats(size, alloc, toplevel, state):
+            if not toplevel:
+                return "\t-\t-\t-\t-\t-\t-\t-\t-\t%s" % state
+            return "\t%s\t%s\t%s\t-\t-\t0%%\t%d%%\t1.00x\t%s" % (
+                nicenum(size), nicenum(alloc), nicenum(size - alloc),
+                alloc * 100 // size if size else 0, state)
+
+        lines = []
+        usable, raw = self._capacity(pool)
+        alloc = self._allocated(pool)
+        groups = [(None, ""), ("dedup", "dedup"), ("special", "special"),
+                  ("log", "logs"), ("cache", "cache"), ("spare", "spare")]
+        for klass, header in groups:
+            vdevs = [v for v in pool.vdevs if v.klass == klass]
+            if not vdevs:
+                continue
+            if header:
+                lines.append(dashes % header)
+            for index, vdev in enumerate(pool.vdevs):
+                if vdev.klass != klass:
+                    continue
+                size = min(leaf.size for leaf in vdev.leaves) - LABELS
+                if vdev.kind.startswith("raidz"):   # raw size, with parity
+                    size *= len(vdev.leaves)
+                share = alloc * size // raw if raw else 0
+                top = klass not in ("cache", "spare")
+                if vdev.kind == "disk":
+                    leaf = vdev.leaves[0]
+                    lines.append("\t%s%s" % (leaf.path, stats(
+                        size, share, top, self._leaf_state(leaf, klass))))
+                    continue
+                lines.append("\t%s-%d%s" % (vdev.kind, index, stats(
+                    size, share, top, self._vdev_state(vdev))))
+                for leaf in vdev.leaves:
+                    lines.append("\t%s%s" % (leaf.path, stats(
+                        0, 0, False, self._leaf_state(leaf, klass))))
+        return lines
+
+    @staticmethod
+    def _leaf_state(leaf, klass):
+        if klass == "spare" and leaf.state == "ONLINE":
+            return "AVAIL"
+        return leaf.state
+
+    def _parse_vdevs(self, words, name, force):
+        """zpool create's vdev words -> [(kind, klass, [paths])]."""
+        groups, klass, current = [], None, None
+        for word in words:
+            if word in CLASSES:
+                klass, current = word, None
+            elif word in GROUP_MIN:
+                current = [word if word != "raidz" else "raidz1", klass, []]
+                groups.append(current)
+            elif word.startswith("/"):
+                if current is None:       # a plain device: its own vdev
+                    groups.append(["disk", klass, [word]])
+                else:                     # joins the mirror/raidz before it
+                    current[2].append(word)
+            else:
+                raise CommandError("cannot open '%s': no such device in "
+                                   "/dev\nmust be a full path or shorthand "
+                                   "device name" % word)
+        for kind, klass, paths in groups:
+            need = GROUP_MIN.get(kind, 1)
+            if len(paths) < need:
+                raise CommandError("invalid vdev specification: %s requires "
+                                   "at least %d devices" % (kind, need))
+            if klass in ("cache", "spare") and kind != "disk":
+                raise CommandError("invalid vdev specification: %s devices "
+                                   "cannot be in a %s" % (klass, kind))
+            if klass in ("log", "special", "dedup") and \
+                    kind not in ("disk", "mirror"):
+                raise CommandError("invalid vdev specification: unsupported "
+                                   "'%s' device: %s" % (klass, kind))
+        if not [g for g in groups if g[1] is None]:
+            raise CommandError("invalid vdev specification: at least one "
+                               "toplevel vdev must be specified")
+        kinds = set(g[0] for g in groups if g[1] is None)
+        if len(kinds) > 1 and not force:
+            raise CommandError(
+                "invalid vdev specification\nuse '-f' to override the "
+                "following errors:\nmismatched replication level: both %s "
+                "vdevs are present" % " and ".join(sorted(kinds)))
+        return groups
+
+    def _check_leaf_free(self, path, force):
+        """make_leaf_vdev() and is_device_in_use(): (problem, whether -f
+        overrides it) for one device and its partitions and holders."""
+        for member in self._family(path):
+            if member.mountpoint == "[SWAP]":
+                return "%s is currently used by swap. Please see swapon(8)." \
+                    % member.path, False
+            if member.mountpoint:
+                return "%s is currently mounted on %s" % (
+                    member.path, member.mountpoint), False
+            if member.kind not in ("disk", "part"):
+                return "%s is in use by %s" % (member.path, member.kind), \
+                    False
+            label = member.label
+            if label:
+                pool = self._active_pool(label["pool"])
+                if pool is not None and pool.guid == label["guid"]:
+                    return "%s is part of active pool '%s'" % (
+                        member.path, label["pool"]), False
+                if [p for p in self.pools if p.guid == label["guid"] and
+                        p.state == "EXPORTED"]:
+                    return "%s is part of exported pool '%s'" % (
+                        member.path, label["pool"]), True
+                # a destroyed pool's label does not hold the device
+            for sig in member.signatures:
+                if "TYPE" in sig:
+                    return "%s contains a filesystem of type '%s'" % (
+                        member.path, sig["TYPE"]), True
+                if sig.get("PTTYPE", "gpt") != "gpt":
+                    return ("%s does not contain an EFI label but it may "
+                            "contain partition\ninformation in the MBR."
+                            % member.path), True
+        return None, True
+
+    def _zpool_create(self, argv):
+        opts, args = self._getopt(argv, 2, "fo:O:m:")
+        if not args:
+            raise CommandError("missing pool name argument", rc=2)
+        force = ("f", None) in opts
+        name, words = args[0], args[1:]
+        errprefix = "cannot create '%s'" % name
+        if not re.match(r"^[A-Za-z][A-Za-z0-9_.: -]*$", name) or \
+                re.match(r"^(mirror|raidz|draid|spare|log)", name) or \
+                re.match(r"^c[0-9]", name):
+            raise CommandError("%s: invalid name" % errprefix)
+        pool_props, fs_props = {}, {}
+        for flag, value in opts:
+            if flag == "o":
+                key, _, val = value.partition("=")
+                if key == "ashift" and not (val.isdigit() and
+                                            (9 <= int(val) <= 16 or
+                                             val == "0")):
+                    raise CommandError("property 'ashift' number %s is "
+                                       "invalid." % val, rc=2)
+                if key not in ("cachefile", "ashift", "autotrim",
+                               "autoexpand", "comment", "compatibility"):
+                    raise CommandError("property '%s' is not a valid pool or"
+                                       " vdev property" % key, rc=2)
+                pool_props[key] = val
+            elif flag == "O":
+                fs_props.update(self._parse_props([value], errprefix))
+            elif flag == "m":
+                fs_props["mountpoint"] = value
+        for key, value in sorted(fs_props.items()):
+            self._check_prop("filesystem", key, value, errprefix)
+        if not words:
+            raise CommandError("missing vdev specification", rc=2)
+        for word in words:
+            if word.startswith("/") and word not in self.devices:
+                raise CommandError("cannot open '%s': No such file or "
+                                   "directory" % word)
+        groups = self._parse_vdevs(words, name, force)
+        paths = [p for g in groups for p in g[2]]
+        if len(set(paths)) != len(paths):
+            raise CommandError("invalid vdev specification\nthe following "
+                               "errors must be manually repaired:\na device"
+                               " is named twice")
+        must, may = [], []
+        for path in paths:
+            problem, fixable = self._check_leaf_free(path, force)
+            if problem and not fixable:
+                must.append(problem)
+            elif problem and not force:
+                may.append(problem)
+        if must:
+            raise CommandError("invalid vdev specification\nthe following "
+                               "errors must be manually repaired:\n" +
+                               "\n".join(must))
+        if may:
+            raise CommandError("invalid vdev specification\nuse '-f' to "
+                               "override the following errors:\n" +
+                               "\n".join(may))
+        if self._active_pool(name):
+            raise CommandError("%s: pool already exists" % errprefix)
+        pool = Pool(name, self._new_guid(), [], pool_props)
+        for kind, klass, group_paths in groups:
+            leaves = [self._make_leaf(pool, p) for p in group_paths]
+            pool.vdevs.append(Vdev(kind, klass, leaves))
+        self.pools.append(pool)
+        root = self._new_dataset(pool, name, "filesystem", fs_props)
+        root.refer = FS_BASE
+        return ""
+
+    def _make_leaf(self, pool, path):
+        """Label the device; a whole disk gets ZFS's own partitions."""
+        dev = self.devices[path]
+        for child in list(dev.children):
+            self._remove_device(child)
+        dev.children = []
+        dev.signatures, dev.label = [], None
+        if dev.kind == "disk":
+            dev.signatures = [{"PTTYPE": "gpt", "PTUUID": pool.guid[-8:]}]
+            data = self._part_name(path, 1)
+            reserved = self._part_name(path, 9)
+            self.devices[data] = Device(data, dev.size - 9 * MiB, "part",
+                                        path)
+            self.devices[reserved] = Device(reserved, 8 * MiB, "part", path)
+            dev.children = [data, reserved]
+            path, dev = data, self.devices[data]
+        leaf = Leaf(path, dev.size, self._new_guid())
+        dev.label = {"pool": pool.name, "guid": pool.guid,
+                     "leaf_guid": leaf.guid}
+        return leaf
+
+    def _visible_to_scan(self, pool, dirs):
+        if not dirs:
+            return True
+        for leaf in pool.leaves():
+            for where in dirs:
+                if leaf.path == where or leaf.path.startswith(
+                        where.rstrip("/") + "/"):
+                    return True
+        return False
+
+    def _labelled(self, pool):
+        """Whether the pool's leaves still carry its labels."""
+        return any(self.devices.get(leaf.path) is not None and
+                   self.devices[leaf.path].label is not None and
+                   self.devices[leaf.path].label["guid"] == pool.guid
+                   for leaf in pool.leaves())
+
+    def _importable(self, dirs):
+        return [p for p in self.pools if p.state == "EXPORTED" and
+                self._labelled(p) and self._visible_to_scan(p, dirs)]
+
+    def _zpool_import(self, argv):
+        opts, args = self._getopt(argv, 2, "o:Nd:")
+        dirs = [v for f, v in opts if f == "d"]
+        if not args:
+            if [f for f, _ in opts if f != "d"]:
+                raise _Unknown()
+            pools = self._importable(dirs)
+            if not pools:
+                return "", "no pools available to import\n"
+            return "\n".join(self._import_block(p) for p in pools), ""
+        if len(args) not in (1, 2):
+            raise _Unknown()
+        props = {}
+        for flag, value in opts:
+            if flag == "o":
+                key, _, val = value.partition("=")
+                if key not in ("cachefile", "readonly"):
+                    raise _Unknown()
+                props[key] = val
+        target = args[0]
+        found = [p for p in self._importable(dirs)
+                 if p.guid == target or p.name == target]
+        if not found:
+            raise CommandError("cannot import '%s': no such pool available"
+                               % target)
+        pool = found[0]
+        if len(args) == 2:                  # zpool import <id> <newname>
+            self._rename_pool(pool, args[1])
+        if self._active_pool(pool.name):
+            raise CommandError(
+                "cannot import '%s': a pool with that name already exists\n"
+                "use the form 'zpool import <pool | id> <newpool>' to give it"
+                " a new name" % pool.name)
+        pool.state = "ACTIVE"
+        pool.readonly = props.get("readonly") == "on"
+        if "cachefile" in props:
+            pool.props["cachefile"] = props["cachefile"]
+        return ""
+
+    def _rename_pool(self, pool, new):
+        old = pool.name
+        renamed = {}
+        for name, ds in pool.datasets.items():
+            ds.name = new + name[len(old):]
+            renamed[ds.name] = ds
+            if ds.origin:
+                ds.origin = new + ds.origin[len(old):]
+            ds.clones = [new + c[len(old):] for c in ds.clones]
+        pool.datasets, pool.name = renamed, new
+        for leaf in pool.leaves():
+            label = self.devices[leaf.path].label
+            if label and label["guid"] == pool.guid:
+                label["pool"] = new
+
+    def _import_block(self, pool):
+        lines = ["   pool: %s" % pool.name, "     id: %s" % pool.guid,
+                 "  state: ONLINE",
+                 " action: The pool can be imported using its name or "
+                 "numeric identifier.", " config:", "",
+                 "\t%-12s  ONLINE" % pool.name]
+        for index, vdev in enumerate(pool.vdevs):
+            if vdev.kind != "disk":
+                lines.append("\t  %-10s  ONLINE" % ("%s-%d" % (vdev.kind,
+                                                               index)))
+            for leaf in vdev.leaves:
+                lines.append("\t    %-8s  ONLINE" % leaf.path.split("/")[-1])
+        return "\n".join(lines) + "\n"
+
+    def _zpool_export(self, argv):
+        opts, args = self._getopt(argv, 2, "")
+        if len(args) != 1:
+            raise _Unknown()
+        pool = self._active_pool(args[0])
+        if pool is None:
+            raise CommandError("cannot open '%s': no such pool" % args[0])
+        pool.state, pool.readonly = "EXPORTED", False
+        return ""
+
+    def _zpool_destroy(self, argv):
+        opts, args = self._getopt(argv, 2, "")
+        if len(args) != 1:
+            raise _Unknown()
+        pool = self._active_pool(args[0])
+        if pool is None:
+            raise CommandError("cannot open '%s': no such pool" % args[0])
+        if pool.readonly:
+            raise CommandError("cannot destroy '%s': pool is read-only"
+                               % pool.name)
+        pool.state = "DESTROYED"
+        return ""
+
+    def _zpool_labelclear(self, argv):
+        opts, args = self._getopt(argv, 2, "f")
+        if len(args) != 1:
+            raise _Unknown()
+        path = args[0]
+        if path not in self.devices:
+            raise CommandError("failed to open %s: No such file or directory"
+                               % path)
+        dev = self.devices[path]
+        if dev.label:
+            pool = self._active_pool(dev.label["pool"])
+            if pool is not None and pool.guid == dev.label["guid"]:
+                raise CommandError(
+                    "labelclear operation failed.\n\tVdev %s is a member "
+                    "(ACTIVE), of pool \"%s\".\n\tTo remove label information"
+                    " from this device, export or destroy\n\tthe pool, or "
+                    "remove %s from the configuration of this pool\n\tand "
+                    "retry the labelclear operation." % (path, pool.name,
+                                                         path))
+            exported = [p for p in self.pools if p.guid == dev.label["guid"]
+                        and p.state == "EXPORTED"]
+            if exported and ("f", None) not in opts:
+                raise CommandError("use '-f' to override the following "
+                                   "error:\n%s is a member of exported pool "
+                                   "\"%s\"" % (path, exported[0].name))
+        dev.label = None
+        return ""
+
+    def _zpool_status(self, argv):
+        opts, args = self._getopt(argv, 2, "P")
+        if opts != [("P", None)] or len(args) != 1:
+            raise _Unknown()
+        pool = self._active_pool(args[0])
+        if pool is None:
+            raise CommandError("cannot open '%s': no such pool" % args[0])
+        return self._status_text(pool)
+
+    def _status_text(self, pool):
+        health = self._health(pool)
+        leaves = pool.leaves()
+        out = ["  pool: %s" % pool.name, " state: %s" % health]
+        if health in ("UNAVAIL", "FAULTED", "SUSPENDED"):
+            out += ["status: One or more devices are faulted in response to "
+                    "IO failures.",
+                    "action: Make sure the affected devices are connected, "
+                    "then run 'zpool clear'.",
+                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
+                    "ZFS-8000-HC"]
+        elif any(not leaf.present for leaf in leaves):
+            out += ["status: One or more devices could not be used because "
+                    "the label is missing or",
+                    "\tinvalid.  Sufficient replicas exist for the pool to "
+                    "continue",
+                    "\tfunctioning in a degraded state.",
+                    "action: Replace the device using 'zpool replace'.",
+                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
+                    "ZFS-8000-4J"]
+        elif any(leaf.state == "FAULTED" for leaf in leaves):
+            out += ["status: One or more devices are faulted in response to "
+                    "persistent errors.",
+                    "\tSufficient replicas exist for the pool to continue "
+                    "functioning in a",
+                    "\tdegraded state.",
+                    "action: Replace the faulted device, or use 'zpool clear'"
+                    " to mark the device",
+                    "\trepaired.",
+                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
+                    "ZFS-8000-K4"]
+        elif any(leaf.state == "OFFLINE" for leaf in leaves):
+            out += ["status: One or more devices has been taken offline by "
+                    "the administrator.",
+                    "\tSufficient replicas exist for the pool to continue "
+                    "functioning in a",
+                    "\tdegraded state.",
+                    "action: Online the device using 'zpool online' or "
+                    "replace the device with",
+                    "\t'zpool replace'."]
+        out += ["config:", ""]
+        width = max([len(pool.name), 10] +
+                    [len(leaf.path) + 4 for leaf in leaves])
+
+        def row(depth, name, state, errors=(0, 0, 0), aux="", spare=False):
+            line = "\t%s%s  %-8s" % (" " * depth, name.ljust(width - depth),
+                                     state)
+            if not spare:
+                line += " %5d %5d %5d" % errors
+            return line + ("  " + aux if aux else "")
+
+        def leaf_row(depth, leaf, spare=False):
+            name = leaf.path if leaf.present else leaf.guid
+            aux = ("was %s" % leaf.path) if not leaf.present else leaf.aux
+            return row(depth, name, self._leaf_state(
+                leaf, "spare" if spare else None), leaf.errors, aux, spare)
+
+        out.append("\t%s  STATE     READ WRITE CKSUM" % "NAME".ljust(width))
+        out.append(row(0, pool.name, health, aux="insufficient replicas"
+                       if health == "UNAVAIL" else ""))
+        for klass, header in [(None, "")] + [
+                ("dedup", "dedup"), ("special", "special"), ("log", "logs"),
+                ("cache", "cache"), ("spare", "spares")]:
+            vdevs = [(i, v) for i, v in enumerate(pool.vdevs)
+                     if v.klass == klass]
+            if not vdevs:
+                continue
+            if header:
+                out.append("\t%s%s" % (header, "\t" if klass in (
+                    "dedup", "special", "log") else ""))
+            for index, vdev in vdevs:
+                if vdev.kind == "disk":
+                    out.append(leaf_row(2, vdev.leaves[0], klass == "spare"))
+                    continue
+                out.append(row(2, "%s-%d" % (vdev.kind, index),
+                               self._vdev_state(vdev)))
+                for leaf in vdev.leaves:
+                    out.append(leaf_row(4, leaf))
+        out += ["", "errors: No known data errors"]
+        return "\n".join(out) + "\n"
+
+    # --- zfs -----------------------------------------------------------------
+
+    def _zfs_version(self, argv):
+        if len(argv) != 2:
+            raise _Unknown()
+        return ZFS_VERSION
+
+    @staticmethod
+    def _types(text):
+        names = {"filesystem": "filesystem", "fs": "filesystem",
+                 "volume": "volume", "vol": "volume",
+                 "snapshot": "snapshot", "snap": "snapshot",
+                 "bookmark": "bookmark"}
+        types = set()
+        for word in text.split(","):
+            if word == "all":
+                types |= {"filesystem", "volume", "snapshot", "bookmark"}
+            elif word in names:
+                types.add(names[word])
+            else:
+                raise CommandError("invalid type '%s'" % word, rc=2)
+        return types
+
+    def _iterate(self, roots, types, recurse, depth):
+        """zfs_for_each(): the datasets zfs list/get visit, in order."""
+        argtypes = set(types)
+        if recurse:
+            argtypes.add("filesystem")
+            if "snapshot" in types:
+                argtypes.add("volume")
+        found = []
+        if roots is None:
+            pools = sorted((p for p in self.pools if p.state == "ACTIVE"),
+                           key=lambda p: p.name)
+            starts = [(p, p.datasets[p.name]) for p in pools]
+        else:
+            starts = []
+            for name in roots:
+                pool, ds = self._lookup(name)
+                if ds.kind not in argtypes:
+                    raise CommandError(
+                        "cannot open '%s': operation not applicable to "
+                        "datasets of this type" % name)
+                starts.append((pool, ds))
+        for pool, ds in starts:
+            base = ds.name.count("/") + ds.name.count("@")
+            members = [ds]
+            if recurse:
+                members += [d for d in self._descendants(pool, ds.name)
+                            if depth is None or
+                            d.name.count("/") + d.name.count("@") - base
+                            <= depth]
+            for member in sorted(members, key=_sort_key):
+                if member.kind in types:
+                    found.append((pool, member))
+        return found
+
+    def _zfs_list(self, argv):
+        opts, args = self._getopt(argv, 2, "Hpo:t:rd:")
+        flags = dict(opts)
+        if "H" not in flags or "p" not in flags or not args:
+            raise _Unknown()
+        columns = flags.get("o", "name,used,available,referenced,mountpoint")
+        columns = columns.split(",")
+        types = self._types(flags.get("t", "filesystem,volume"))
+        recurse = "r" in flags or "d" in flags
+        depth = int(flags["d"]) if "d" in flags else None
+        if types == {"snapshot"} and not recurse:
+            recurse, depth = True, 1   # zfs list -t snapshot <dataset>
+        rows = []
+        for pool, ds in self._iterate(args, types, recurse, depth):
+            cells = [self._value(pool, ds, c) for c in columns]
+            rows.append("\t".join("-" if c is None else c for c in cells))
+        return "".join(r + "\n" for r in rows)
+
+    def _zfs_get(self, argv):
+        opts, args = self._getopt(argv, 2, "Hpo:t:rd:s:")
+        flags = dict(opts)
+        if "H" not in flags or "p" not in flags or not args:
+            raise _Unknown()
+        props = args[0].split(",")
+        roots = args[1:] or None
+        columns = flags.get("o", "name,property,value,source").split(",")
+        types = self._types(flags.get("t", "filesystem,volume"))
+        recurse = "r" in flags or "d" in flags
+        depth = int(flags["d"]) if "d" in flags else None
+        sources = flags.get("s", "local,default,inherited,temporary,"
+                                 "received,none").split(",")
+        rows = []
+        for pool, ds in self._iterate(roots, types, recurse, depth):
+            for prop in props:
+                value = self._value(pool, ds, prop)
+                source = self._source(pool, ds, prop)
+                kind = source.split()[0] if source != "-" else "none"
+                if kind not in sources:
+                    continue
+                cell = {"name": ds.name, "property": prop,
+                        "value": "-" if value is None else value,
+                        "source": source}
+                rows.append("\t".join(cell[c] for c in columns))
+        return "".join(r + "\n" for r in rows)
+
+    def _zfs_set(self, argv):
+        """OpenZFS 2.1: no getopt; prop=value words, then datasets; any
+        first argument starting with '-' is refused."""
+        if len(argv) > 2 and argv[2].startswith("-"):
+            raise CommandError("invalid option '%s'\nusage:\n\tset <property="
+                               "value> ... <filesystem|volume|snapshot> ..."
+                               % argv[2][1:2], rc=2)
+        words = argv[2:]
+        pairs = [w for w in words if "=" in w]
+        names = words[len(pairs):]
+        if not pairs or not names or any("=" in n for n in names):
+            raise CommandError("invalid argument order\nusage:\n\tset "
+                               "<property=value> ... <filesystem|volume|"
+                               "snapshot> ...", rc=2)
+        props = self._parse_props(pairs, "cannot set property")
+        for name in names:
+            errprefix = "cannot set property for '%s'" % name
+            pool, ds = self._lookup(name)
+            for key, value in sorted(props.items()):
+                self._check_prop(ds.kind, key, value, errprefix,
+                                 creating=False)
+            if pool.readonly:
+                raise CommandError("%s: pool is read-only" % errprefix)
+            self._apply_props(pool, ds, props, errprefix)
+        return ""
+
+    def _apply_props(self, pool, ds, props, errprefix):
+        props = dict(props)
+        if "volsize" in props:
+            size = parse_size(props.pop("volsize"))
+            if size is None or size == 0:
+                raise CommandError("%s: volume size cannot be zero"
+                                   % errprefix)
+            if size % ds.volblocksize:
+                raise CommandError("%s: volsize must be a multiple of volume"
+                                   " block size" % errprefix)
+            old_auto = self._auto_reservation(ds.volsize, ds.volblocksize)
+            if self._refreservation(ds) == old_auto and \
+                    "refreservation" not in props:
+                props["refreservation"] = "auto"
+            ds.volsize = size
+        if props.get("refreservation") == "auto":
+            props["refreservation"] = str(self._auto_reservation(
+                ds.volsize, ds.volblocksize))
+        if "refreservation" in props and \
+                props["refreservation"] != "none":
+            value = parse_size(props["refreservation"])
+            grow = value - max(self._refreservation(ds), self._usedds(ds))
+            if grow > self._pool_avail(pool):
+                raise CommandError("%s: size is greater than available space"
+                                   % errprefix)
+            props["refreservation"] = str(value)
+        ds.props.update(props)
+
+    def _zfs_create(self, argv):
+        opts, args = self._getopt(argv, 2, "V:so:b:")
+        if len(args) != 1:
+            raise _Unknown()
+        name = args[0]
+        errprefix = "cannot create '%s'" % name
+        self._check_name(name, errprefix)
+        kind = "volume" if any(f == "V" for f, _ in opts) else "filesystem"
+        props = self._parse_props([v for f, v in opts if f == "o"],
+                                  errprefix)
+        for flag, value in opts:
+            if flag == "b":
+                props["volblocksize"] = value
+        sparse = ("s", None) in opts
+        if sparse and kind != "volume":
+            raise CommandError("'-s' can only be used when creating a volume",
+                               rc=2)
+        for key, value in sorted(props.items()):
+            self._check_prop(kind, key, value, errprefix)
+        pool = self._active_pool(name.split("/")[0])
+        if pool is None:
+            raise CommandError("%s: no such pool '%s'"
+                               % (errprefix, name.split("/")[0]))
+        parent = pool.datasets.get(_parent_name(name) or "")
+        if "/" not in name:
+            raise CommandError("%s: missing dataset name" % errprefix)
+        if name in pool.datasets:
+            raise CommandError("%s: dataset already exists" % errprefix)
+        if parent is None:
+            raise CommandError("%s: parent does not exist" % errprefix)
+        if parent.kind != "filesystem":
+            raise CommandError("%s: parent is not a filesystem" % errprefix)
+        if pool.readonly:
+            raise CommandError("%s: pool is read-only" % errprefix)
+        if kind == "filesystem":
+            ds = self._new_dataset(pool, name, kind, props)
+            ds.refer = FS_BASE
+            return ""
+        volsize = parse_size(dict(opts)["V"])
+        block = parse_size(props.pop("volblocksize",
+                                     str(self.default_volblocksize)))
+        if not volsize:
+            raise CommandError("%s: volume size cannot be zero" % errprefix)
+        if volsize % block:
+            raise CommandError("%s: volume size must be a multiple of volume "
+                               "block size" % errprefix)
+        if not sparse and "refreservation" not in props:
+            props["refreservation"] = "auto"
+        if props.get("refreservation") == "auto":
+            props["refreservation"] = str(self._auto_reservation(volsize,
+                                                                 block))
+        reserve = self._refreservation(Dataset(name, kind, props, 0, "0"))
+        if reserve > self._pool_avail(pool):
+            raise CommandError("%s: out of space" % errprefix)
+        ds = self._new_dataset(pool, name, kind, props)
+        ds.volsize, ds.volblocksize, ds.refer = volsize, block, VOL_BASE
+        return ""
+
+    def _zfs_snapshot(self, argv):
+        opts, args = self._getopt(argv, 2, "o:")
+        if not args:
+            raise _Unknown()
+        props = self._parse_props([v for _, v in opts],
+                                  "cannot create snapshot")
+        for name in args:
+            errprefix = "cannot create snapshot '%s'" % name
+            self._check_name(name, errprefix, snapshot=True)
+            for key, value in sorted(props.items()):
+                self._check_prop("snapshot", key, value, errprefix)
+            pool, head = self._lookup(_head(name), errprefix)
+            if name in pool.datasets:
+                raise CommandError("%s: dataset already exists" % errprefix)
+            if pool.readonly:
+                raise CommandError("%s: pool is read-only" % errprefix)
+        for name in args:
+            pool, head = self._lookup(_head(name))
+            snap = self._new_dataset(pool, name, "snapshot", props)
+            snap.refer = head.refer
+            snap.volsize, snap.volblocksize = head.volsize, head.volblocksize
+        return ""
+
+    def _zfs_clone(self, argv):
+        opts, args = self._getopt(argv, 2, "o:")
+        if len(args) != 2:
+            raise _Unknown()
+        origin, name = args
+        errprefix = "cannot create '%s'" % name
+        pool, snap = self._lookup(origin)
+        if snap.kind != "snapshot":
+            raise CommandError("cannot open '%s': operation not applicable to"
+                               " datasets of this type" % origin)
+        self._check_name(name, errprefix)
+        head = pool.datasets[_head(origin)]
+        props = self._parse_props([v for _, v in opts], errprefix)
+        for key, value in sorted(props.items()):
+            self._check_prop(head.kind, key, value, errprefix,
+                             creating=False)
+        if _head(name).split("/")[0] != pool.name:
+            raise CommandError("%s: source and target pools differ"
+                               % errprefix)
+        if name in pool.datasets:
+            raise CommandError("%s: dataset already exists" % errprefix)
+        parent = pool.datasets.get(_parent_name(name) or "")
+        if parent is None:
+            raise CommandError("%s: parent does not exist" % errprefix)
+        if pool.readonly:
+            raise CommandError("%s: pool is read-only" % errprefix)
+        if props.get("refreservation") == "auto":
+            props["refreservation"] = str(self._auto_reservation(
+                snap.volsize, snap.volblocksize))
+        if self._refreservation(Dataset(name, head.kind, props, 0, "0")) > \
+                self._pool_avail(pool):
+            raise CommandError("%s: out of space" % errprefix)
+        ds = self._new_dataset(pool, name, head.kind, props)
+        ds.origin, ds.refer, ds.from_origin = origin, snap.refer, snap.refer
+        ds.volsize, ds.volblocksize = snap.volsize, snap.volblocksize
+        snap.clones.append(name)
+        return ""
+
+    def _zfs_destroy(self, argv):
+        opts, args = self._getopt(argv, 2, "rd")
+        if len(args) != 1:
+            raise _Unknown()
+        recurse, defer = ("r", None) in opts, ("d", None) in opts
+        name = args[0]
+        if "@" in name:
+            return self._destroy_snapshots(name, recurse, defer)
+        pool, ds = self._lookup(name)
+        if defer:   # -d opens the target as a snapshot
+            raise CommandError("cannot open '%s': operation not applicable to"
+                               " datasets of this type" % name)
+        errprefix = "cannot destroy '%s'" % name
+        if "/" not in name and not recurse:
+            raise CommandError(
+                "%s: operation does not apply to pools\nuse 'zfs destroy -r "
+                "%s' to destroy all datasets in the pool\nuse 'zpool destroy "
+                "%s' to destroy the pool itself" % (errprefix, name, name))
+        below = sorted(self._descendants(pool, name), key=_sort_key)
+        if below and not recurse:
+            raise CommandError("%s: %s has children\nuse '-r' to destroy the "
+                               "following datasets:\n%s" % (
+                                   errprefix, ds.kind,
+                                   "\n".join(d.name for d in below)))
+        inside = set(d.name for d in below) | {name}
+        clones = [c for d in below for c in d.clones if c not in inside]
+        if clones:
+            raise CommandError("%s: %s has dependent clones\nuse '-R' to "
+                               "destroy the following datasets:\n%s" % (
+                                   errprefix, ds.kind, "\n".join(clones)))
+        if pool.readonly:
+            raise CommandError("%s: pool is read-only" % errprefix)
+        doomed = below + ([ds] if "/" in name else [])
+        for victim in sorted(doomed, key=lambda d: -d.name.count("/")):
+            if victim.name in pool.datasets:   # not freed with a clone
+                self._forget(pool, victim)
+        return ""
+
+    def _destroy_snapshots(self, name, recurse, defer):
+        head, snapname = name.split("@", 1)
+        pool, ds = self._lookup(head)
+        heads = [ds] + (sorted((d for d in self._descendants(pool, head)
+                                if d.kind != "snapshot"), key=_sort_key)
+                        if recurse else [])
+        snaps = [pool.datasets[h.name + "@" + snapname] for h in heads
+                 if h.name + "@" + snapname in pool.datasets]
+        if not snaps:
+            raise CommandError("could not find any snapshots to destroy; "
+                               "check snapshot names.")
+        for snap in snaps:
+            if snap.clones and not defer:
+                raise CommandError(
+                    "cannot destroy '%s': snapshot has dependent clones\nuse "
+                    "'-R' to destroy the following datasets:\n%s"
+                    % (snap.name, "\n".join(snap.clones)))
+        if pool.readonly:
+            raise CommandError("cannot destroy snapshots: pool is read-only")
+        for snap in snaps:
+            if snap.clones:
+                snap.defer_destroy = True
+            else:
+                self._forget(pool, snap)
+        return ""
+
+    def _forget(self, pool, ds):
+        """Remove a dataset; free a deferred origin with its last clone."""
+        del pool.datasets[ds.name]
+        if ds.origin and ds.origin in pool.datasets:
+            origin = pool.datasets[ds.origin]
+            origin.clones.remove(ds.name)
+            if origin.defer_destroy and not origin.clones:
+                self._forget(pool, origin)

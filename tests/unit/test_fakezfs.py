@@ -1,0 +1,213 @@
+"""The fake itself: the output layouts and error texts the plugin's parsers
+rely on, and that unknown argv forms fail loudly."""
+
+import pytest
+
+import fakezfs
+from fakezfs import CommandError
+
+
+@pytest.fixture
+def host():
+    fake = fakezfs.FakeZfs()
+    for name in "bcde":
+        fake.add_disk("/dev/sd" + name)
+    return fake
+
+
+def run(host, command):
+    return host(command.split())
+
+
+def test_unknown_argv_raises_and_is_remembered(host):
+    for argv in (["zfs", "frobnicate"], ["zpool", "list", "-x"],
+                 ["mkfs.ext4", "/dev/sdb"], ["zfs", "list", "-o", "name"],
+                 ["lsblk", "/dev/sdb"]):
+        with pytest.raises(AssertionError) as info:
+            host(argv)
+        assert repr(argv) in str(info.value)
+    assert len(host.unknown) == 5
+    assert len(host.calls) == 5
+
+
+def test_calls_are_recorded_and_mutations_picked_out(host):
+    run(host, "zpool list -Hp -o name")
+    run(host, "zpool create -m none -- tank /dev/sdb")
+    run(host, "zpool import")
+    run(host, "wipefs -a /dev/sdc")
+    assert host.calls[0] == ["zpool", "list", "-Hp", "-o", "name"]
+    assert host.mutations() == [
+        ["zpool", "create", "-m", "none", "--", "tank", "/dev/sdb"],
+        ["wipefs", "-a", "/dev/sdc"]]
+    assert host.mutations(since=3) == [["wipefs", "-a", "/dev/sdc"]]
+
+
+def test_zpool_list_verbose_vdev_lines_carry_statistics(host):
+    host.admin("zpool create tank mirror /dev/sdb /dev/sdc log /dev/sdd")
+    lines = host.admin("zpool list -v -H -P -o name -- tank").splitlines()
+    assert lines[0] == "tank"
+    assert lines[1].startswith("\tmirror-0\t")
+    assert lines[2].startswith("\t/dev/sdb1\t-\t-\t")
+    assert lines[2].endswith("\tONLINE")
+    assert len(lines[2].split("\t")) == 11
+    assert lines[4].startswith("logs ") and "\t" not in lines[4]
+    assert lines[5].startswith("\t/dev/sdd1\t")
+
+
+def test_whole_disks_are_partitioned(host):
+    host.admin("zpool create tank /dev/sdb")
+    out = host.admin("lsblk -n -l -p -o NAME /dev/sdb")
+    assert out == "/dev/sdb\n/dev/sdb1\n/dev/sdb9\n"
+    assert "PTTYPE=gpt" in host.admin("blkid -p -o export /dev/sdb")
+    member = host.admin("blkid -p -o export /dev/sdb1")
+    assert "TYPE=zfs_member" in member and "LABEL=tank" in member
+
+
+def test_block_device_tools(host):
+    result = run(host, "lsblk -n -l -p -P -o NAME,TYPE,MOUNTPOINT /dev/sdx")
+    assert (result.rc, result.err) == (32, "lsblk: /dev/sdx: not a block "
+                                           "device\n")
+    result = run(host, "blkid -p -o export /dev/sdb")
+    assert (result.rc, result.out, result.err) == (2, "", "\n")
+    host.add_partition("/dev/sdb", 1, fs="ext4", mountpoint="/mnt")
+    out = host.admin("lsblk -n -l -p -P -o NAME,TYPE,MOUNTPOINT /dev/sdb")
+    assert out.splitlines() == [
+        'NAME="/dev/sdb" TYPE="disk" MOUNTPOINT=""',
+        'NAME="/dev/sdb1" TYPE="part" MOUNTPOINT="/mnt"']
+    assert run(host, "wipefs -a /dev/sdb").rc == 1      # busy: mounted
+    assert run(host, "udevadm settle --timeout=5").rc == 0
+
+
+def test_zfs_list_errors(host):
+    host.admin("zpool create -m none tank /dev/sdb")
+    host.admin("zfs create -s -V 1G tank/v")
+    result = run(host, "zfs list -Hp -o name -t all -- tank/nope")
+    assert (result.rc, result.err) == (
+        1, "cannot open 'tank/nope': dataset does not exist\n")
+    result = run(host, "zfs list -Hp -o name -t filesystem -- tank/v")
+    assert result.err == ("cannot open 'tank/v': operation not applicable "
+                          "to datasets of this type\n")
+    result = run(host, "zfs list -Hp -o name,bogus -t all -- tank")
+    assert result.rc == 2 and "invalid property 'bogus'" in result.err
+
+
+def test_zfs_list_inheritance_and_snapshots(host):
+    host.admin("zpool create -m none -O com.x:p=root tank /dev/sdb")
+    host.admin("zfs create -s -V 1G -o com.x:q=own tank/v")
+    host.admin("zfs snapshot tank/v@s")
+    out = host.admin("zfs list -Hp -o name,com.x:p,com.x:q,used,origin "
+                     "-t all -r -- tank")
+    assert out.splitlines() == [
+        "tank\troot\t-\t%s\t-" % host.get("tank", "used"),
+        "tank/v\troot\town\t%s\t-" % host.get("tank/v", "used"),
+        "tank/v@s\troot\town\t0\t-"]
+    out = host.admin("zfs list -Hp -o name -t snapshot -- tank/v")
+    assert out == "tank/v@s\n"          # -t snapshot <ds>: its snapshots
+    out = host.admin("zfs get -Hp -r -s local -t all -o name,value com.x:q")
+    assert out == "tank/v\town\n"
+
+
+def test_space_accounting(host):
+    host.admin("zpool create -m none tank /dev/sdb")
+    host.admin("zfs create -V 1G tank/thick")
+    host.admin("zfs create -s -V 1G tank/thin")
+    host.write("tank/thin", 10 * fakezfs.MiB)
+    host.admin("zfs snapshot tank/thin@s")
+    host.write("tank/thin", 0, overwrite=fakezfs.MiB)
+    for name in ("tank", "tank/thick", "tank/thin"):
+        used = int(host.get(name, "used"))
+        parts = sum(int(host.get(name, p)) for p in (
+            "usedds", "usedsnap", "usedrefreserv", "usedchild"))
+        assert used == parts
+    assert int(host.get("tank/thin@s", "used")) == fakezfs.MiB
+    assert int(host.get("tank/thick", "refreservation")) > fakezfs.GiB
+    assert int(host.get("tank/thin", "refreservation")) == 0
+
+
+def test_zfs_set_is_the_2_1_one(host):
+    host.admin("zpool create -m none tank /dev/sdb")
+    result = run(host, "zfs set -- com.x:a=1 tank")
+    assert result.rc == 2 and "invalid option '-'" in result.err
+    host.admin("zfs set com.x:a=1 com.x:b=2 tank")
+    assert host.get("tank", "com.x:b") == "2"
+    result = run(host, "zfs set com.x:a=%s tank" % ("v" * 4096))
+    assert "is too long" in result.err
+    result = run(host, "zfs set volblocksize=4096 tank")
+    assert result.rc == 1
+
+
+def test_destroy_refusals(host):
+    host.admin("zpool create -m none tank /dev/sdb")
+    host.admin("zfs create -s -V 1G tank/v")
+    host.admin("zfs snapshot tank/v@s")
+    host.admin("zfs clone tank/v@s tank/c")
+    with pytest.raises(CommandError) as info:
+        host.admin("zfs destroy tank/v")
+    assert info.value.err.startswith(
+        "cannot destroy 'tank/v': volume has children\nuse '-r'")
+    with pytest.raises(CommandError) as info:
+        host.admin("zfs destroy -r tank/v")
+    assert "volume has dependent clones" in info.value.err
+    with pytest.raises(CommandError) as info:
+        host.admin("zfs destroy tank/v@s")
+    assert "snapshot has dependent clones" in info.value.err
+    with pytest.raises(CommandError) as info:
+        host.admin("zfs destroy tank")
+    assert "operation does not apply to pools" in info.value.err
+    with pytest.raises(CommandError) as info:
+        host.admin("zfs destroy -d tank/v")
+    assert "not applicable to datasets of this type" in info.value.err
+    host.admin("zfs destroy -d tank/v@s")          # deferred: has a clone
+    assert host.get("tank/v@s", "defer_destroy") == "on"
+    host.admin("zfs destroy tank/c")               # ... freed with it
+    assert not host.exists("tank/v@s")
+
+
+def test_zpool_create_refusals(host):
+    with pytest.raises(CommandError) as info:
+        host.admin("zpool create tank /dev/sdx")
+    assert info.value.err == ("cannot open '/dev/sdx': No such file or "
+                              "directory\n")
+    host.add_disk("/dev/sdf", fs="ext4")
+    with pytest.raises(CommandError) as info:
+        host.admin("zpool create tank /dev/sdf")
+    assert "use '-f' to override" in info.value.err
+    host.admin("zpool create data /dev/sdb")
+    with pytest.raises(CommandError) as info:
+        host.admin("zpool create -f tank /dev/sdb")
+    assert "must be manually repaired" in info.value.err
+    assert "/dev/sdb1 is part of active pool 'data'" in info.value.err
+    with pytest.raises(CommandError) as info:
+        host.admin("zpool create data /dev/sdc")
+    assert info.value.err == "cannot create 'data': pool already exists\n"
+    with pytest.raises(CommandError) as info:
+        host.admin("zpool create tank mirror /dev/sdc")
+    assert "mirror requires at least 2 devices" in info.value.err
+
+
+def test_import_listing(host):
+    result = run(host, "zpool import")
+    assert (result.rc, result.out, result.err) == (
+        0, "", "no pools available to import\n")
+    host.admin("zpool create tank /dev/sdb")
+    host.admin("zpool export tank")
+    out = host.admin("zpool import")
+    assert out.startswith("   pool: tank\n     id: %s\n  state: ONLINE\n"
+                          % host.pool("tank", state="EXPORTED").guid)
+    result = run(host, "zpool import -o cachefile=none -- 12345")
+    assert result.err == "cannot import '12345': no such pool available\n"
+
+
+def test_status_shows_bad_leaves(host):
+    host.admin("zpool create tank mirror /dev/sdb /dev/sdc /dev/sdd")
+    host.offline("/dev/sdb1")
+    host.fault("/dev/sdc1")
+    host.lose("/dev/sdd1")
+    text = host.admin("zpool status -P -- tank")
+    assert " state: UNAVAIL" in text
+    lines = [line.split() for line in text.splitlines()
+             if line.startswith("\t ")]
+    assert ["/dev/sdb1", "OFFLINE", "0", "0", "0"] in lines
+    assert ["/dev/sdc1", "FAULTED", "3", "41", "0", "too", "many",
+            "errors"] in lines
+    assert [line for line in lines if line[-2:] == ["was", "/dev/sdd1"]]

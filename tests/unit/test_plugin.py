@@ -1,0 +1,81 @@
+"""Plugin.Query, Plugin.diagnostics and Plugin.ls."""
+
+from zfsng import VERSION, devconfig
+
+from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume
+
+
+def test_query(fake):
+    query = call("Plugin.Query")
+    assert query["plugin"] == "zfs-ng"
+    assert query["required_api_version"] == "5.0"
+    assert query["version"] == VERSION
+    assert query["configuration"] == devconfig.KEYS
+    assert query["required_cluster_stack"] == []
+    assert len(query["features"]) == len(set(query["features"]))
+    assert {"SR_PROBE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
+            "THIN_PROVISIONING"} <= set(query["features"])
+    assert fake.calls == []          # answered without running anything
+
+
+def test_diagnostics_names_the_pool_and_the_sr(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    create_volume(sr)
+    text = call("Plugin.diagnostics")
+    assert "version %s" % VERSION in text
+    assert "zfs-2.1.15-1" in text
+    assert "== zpool status tank ==" in text
+    assert "pool: tank" in text and "/dev/sdc1" in text
+    assert "== SR tank ==" in text
+    assert SR_UUID in text
+    assert "compression: lz4" in text
+    assert "zvols and snapshots: 1" in text
+
+
+def test_diagnostics_of_an_adopted_sr(fake):
+    fake.admin("zpool create -m none data /dev/sdc")
+    stored = call("SR.create", uuid=SR_UUID, configuration={"zpool": "data"},
+                  name="a", description="")
+    sr = call("SR.attach", configuration=stored)
+    text = call("Plugin.diagnostics")
+    assert "== zpool status data ==" in text
+    assert "== SR %s ==" % sr in text
+
+
+def test_diagnostics_of_a_degraded_pool(fake):
+    create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.offline("/dev/sdc1")
+    text = call("Plugin.diagnostics")
+    assert "state: DEGRADED" in text and "OFFLINE" in text
+
+
+def test_diagnostics_without_srs(fake):
+    text = call("Plugin.diagnostics")
+    assert "no zfs-ng SR" in text
+    assert "zfs-2.1.15-1" in text
+
+
+def test_diagnostics_when_zfs_is_not_usable(fake):
+    fake.inject("zfs version", "The ZFS modules are not loaded.\nTry "
+                "running '/sbin/modprobe zfs' as root to load them.\n")
+    text = call("Plugin.diagnostics")
+    assert "not usable" in text and "modprobe zfs" in text
+
+
+def test_diagnostics_runs_nothing_that_changes_state(fake):
+    create_sr()
+    mark = len(fake.calls)
+    call("Plugin.diagnostics")
+    assert fake.mutations(since=mark) == []
+
+
+def test_ls_lists_the_srs_on_this_host(fake):
+    assert call("Plugin.ls") == []
+    create_sr()
+    fake.admin("zpool create -m none data /dev/sdc")
+    call("SR.create", uuid=SR_UUID2, configuration={"zpool": "data"},
+         name="a", description="")
+    assert sorted(call("Plugin.ls")) == sorted(["tank",
+                                                "data/zfsng-" + SR_UUID2])
+    call("SR.detach", sr="tank")
+    assert call("Plugin.ls") == ["data/zfsng-" + SR_UUID2]

@@ -1,0 +1,408 @@
+"""SR.attach / detach / destroy / probe.
+
+Ownership rule: zfs-ng exports, destroys and cleans only pools it created;
+on adopted storage it touches nothing but the SR's own child dataset.
+"""
+
+import io
+import json
+import sys
+import threading
+
+import pytest
+
+from zfsng import errors, meta, wire
+
+from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume, \
+    handlers
+
+
+def adopted(fake, uuid=SR_UUID, config=None):
+    fake.admin("zpool create -m none data /dev/sdc")
+    stored = call("SR.create", uuid=uuid,
+                  configuration=config or {"zpool": "data"}, name="adopted",
+                  description="")
+    return call("SR.attach", configuration=stored), stored
+
+
+# --- attach / detach ---------------------------------------------------------
+
+def test_attach_returns_the_dataset_and_is_repeatable(fake):
+    sr, stored = create_sr()
+    assert sr == "tank"
+    assert call("SR.attach", configuration=stored) == "tank"
+    assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
+    assert not fake.ran("zpool", "import")
+
+
+def test_detach_exports_an_owned_pool(fake):
+    sr, stored = create_sr()
+    call("SR.detach", sr=sr)
+    assert fake.ran("zpool", "export") == [["zpool", "export", "--", "tank"]]
+    assert fake.imported() == []
+    with pytest.raises(errors.Sr_not_attached):
+        call("SR.stat", sr=sr)
+
+
+def test_detach_is_repeatable(fake):
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    mark = len(fake.calls)
+    assert call("SR.detach", sr=sr) is None
+    assert fake.mutations(since=mark) == []
+
+
+def test_attach_detach_attach(fake):
+    sr, stored = create_sr(description="kept")
+    guid = stored["pool-guid"]
+    call("SR.detach", sr=sr)
+    assert call("SR.attach", configuration=stored) == "tank"
+    [argv] = fake.ran("zpool", "import")
+    assert argv[-2:] == ["--", guid]
+    assert "cachefile=none" in argv and "readonly=on" not in argv
+    assert fake.pool("tank").props["cachefile"] == "none"
+    assert not fake.pool("tank").readonly
+    stat = call("SR.stat", sr=sr)
+    assert (stat["uuid"], stat["description"]) == (SR_UUID, "kept")
+    call("SR.detach", sr=sr)
+    assert call("SR.attach", configuration=stored) == "tank"
+    assert fake.imported() == ["tank"]
+
+
+def test_attach_finds_a_renamed_pool_by_guid(fake):
+    sr, stored = create_sr()
+    call("SR.detach", sr=sr)
+    fake.admin("zpool import %s renamed" % stored["pool-guid"])
+    fake.admin("zpool export renamed")
+    assert call("SR.attach", configuration=stored) == "renamed"
+    assert call("SR.stat", sr="renamed")["uuid"] == SR_UUID
+
+
+def test_detach_of_an_adopted_sr_never_exports(fake):
+    sr, stored = adopted(fake)
+    assert sr == "data/zfsng-" + SR_UUID
+    mark = len(fake.calls)
+    call("SR.detach", sr=sr)
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == ["data"]
+    assert call("SR.attach", configuration=stored) == sr
+
+
+def test_attach_of_an_adopted_sr_never_imports(fake):
+    sr, stored = adopted(fake)
+    fake.admin("zpool export data")
+    with pytest.raises(errors.PoolNotFound) as info:
+        call("SR.attach", configuration=stored)
+    assert "data" in info.value.message
+    assert not fake.ran("zpool", "import")
+
+
+def test_attach_adopted_without_guid(fake):
+    sr, _ = adopted(fake)
+    assert call("SR.attach", configuration={"zpool": "data"}) == sr
+    assert call("SR.attach", configuration={
+        "zpool": "data", "sr_uuid": SR_UUID}) == sr
+
+
+def test_attach_needs_to_know_which_sr(fake):
+    adopted(fake, uuid=SR_UUID)
+    call("SR.create", uuid=SR_UUID2, configuration={"zpool": "data"},
+         name="second", description="")
+    with pytest.raises(errors.InvalidConfiguration) as info:
+        call("SR.attach", configuration={"zpool": "data"})
+    assert "sr_uuid" in info.value.message
+    assert call("SR.attach", configuration={
+        "zpool": "data", "sr_uuid": SR_UUID2}) == "data/zfsng-" + SR_UUID2
+
+
+def test_attach_without_guid_or_source(fake):
+    create_sr()
+    with pytest.raises(errors.InvalidConfiguration) as info:
+        call("SR.attach", configuration={"device": "/dev/sdb"})
+    assert "pool-guid" in info.value.message
+
+
+def test_attach_an_unknown_sr_uuid(fake):
+    sr, stored = create_sr()
+    with pytest.raises(errors.SR_does_not_exist):
+        call("SR.attach", configuration=dict(stored, sr_uuid=SR_UUID2))
+
+
+def test_attach_a_pool_that_is_gone(fake):
+    sr, stored = create_sr()
+    fake.admin("zpool destroy tank")
+    with pytest.raises(errors.PoolNotFound) as info:
+        call("SR.attach", configuration=stored)
+    assert stored["pool-guid"] in info.value.message
+    assert fake.imported() == []
+
+
+def test_attach_refuses_bad_configuration_before_running_anything(fake):
+    with pytest.raises(errors.InvalidConfiguration):
+        call("SR.attach", configuration={"pool-guid": "1; reboot"})
+    assert fake.calls == []
+
+
+def test_volumes_come_back_after_detach(fake):
+    """The zvols of an exported SR come back with their metadata (the pool
+    is imported by hand here: SR.attach stalls, see the next test)."""
+    sr, stored = create_sr()
+    volume = create_volume(sr, name="keep me")
+    call("SR.detach", sr=sr)
+    fake.admin("zpool import -o cachefile=none %s" % stored["pool-guid"])
+    assert [v["name"] for v in call("SR.ls", sr=sr)] == ["keep me"]
+    assert call("Volume.stat", sr=sr, key=volume["key"]) == volume
+
+
+def test_attach_with_volumes_does_not_stall(fake):
+    sr, stored = create_sr()
+    create_volume(sr)
+    call("SR.detach", sr=sr)
+    done = threading.Event()
+
+    def attach():
+        try:
+            call("SR.attach", configuration=stored)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=attach)
+    thread.daemon = True
+    thread.start()
+    assert done.wait(1.0), "SR.attach still waiting after 1 s"
+
+
+# --- destroy -----------------------------------------------------------------
+
+def test_destroy_refuses_while_vdis_exist(fake):
+    sr, _ = create_sr()
+    create_volume(sr)
+    create_volume(sr)
+    mark = len(fake.calls)
+    with pytest.raises(errors.SrNotEmpty) as info:
+        call("SR.destroy", sr=sr)
+    assert info.value.code == "SR_NOT_EMPTY"
+    assert "2 VDI" in info.value.message
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == ["tank"]
+
+
+def test_destroy_owned_pool(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    call("SR.destroy", sr=sr)
+    assert fake.ran("zpool", "destroy") == [["zpool", "destroy", "--",
+                                             "tank"]]
+    assert fake.imported() == []
+    assert fake.pool("tank", state="DESTROYED")
+
+
+def test_destroy_owned_pool_wipes_the_disks(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    call("SR.destroy", sr=sr)
+    assert fake.ran("wipefs") == [["wipefs", "-a", "/dev/sdb"],
+                                  ["wipefs", "-a", "/dev/sdc"]]
+    for disk in ("/dev/sdb", "/dev/sdc"):
+        dev = fake.devices[disk]
+        assert (dev.signatures, dev.children, dev.label) == ([], [], None)
+
+
+def test_destroy_owned_pool_clears_every_leaf_label(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc log /dev/sdd"})
+    call("SR.destroy", sr=sr)
+    assert fake.ran("zpool", "labelclear") == [
+        ["zpool", "labelclear", "-f", "--", "/dev/sdb1"],
+        ["zpool", "labelclear", "-f", "--", "/dev/sdc1"],
+        ["zpool", "labelclear", "-f", "--", "/dev/sdd1"]]
+
+
+def test_destroyed_disks_are_reusable_without_force(fake):
+    sr, _ = create_sr()
+    call("SR.destroy", sr=sr)
+    sr, _ = create_sr(uuid=SR_UUID2, name="again")
+    assert sr == "again"
+    assert [leaf.path for leaf in fake.pool("again").leaves()] == ["/dev/sdb1"]
+
+
+def test_destroy_survives_a_failing_wipe(fake):
+    sr, _ = create_sr()
+    fake.inject("wipefs", "wipefs: error: /dev/sdb: probing initialization "
+                "failed: Device or resource busy\n", times=-1)
+    assert call("SR.destroy", sr=sr) is None
+    assert fake.imported() == []
+
+
+def test_destroy_adopted_sr_touches_only_its_dataset(fake):
+    sr, _ = adopted(fake)
+    fake.admin("zfs create data/backups")
+    fake.admin("zfs create -V 1G data/adminvol")
+    mark = len(fake.calls)
+    call("SR.destroy", sr=sr)
+    assert fake.mutations(since=mark) == [["zfs", "destroy", "-r", "--", sr]]
+    assert not fake.exists(sr)
+    assert fake.imported() == ["data"]
+    assert fake.exists("data/backups") and fake.exists("data/adminvol")
+
+
+@pytest.mark.parametrize("method", ["SR.destroy", "SR.detach"])
+def test_a_dataset_inside_an_sr_is_no_sr(fake, method):
+    sr, _ = create_sr()
+    create_volume(sr)
+    fake.admin("zfs create tank/plain")
+    mark = len(fake.calls)
+    try:
+        call(method, sr="tank/plain")
+    except errors.Sr_not_attached:
+        pass
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == ["tank"]
+
+
+def test_destroy_is_repeatable(fake):
+    sr, _ = create_sr()
+    call("SR.destroy", sr=sr)
+    mark = len(fake.calls)
+    assert call("SR.destroy", sr=sr) is None
+    assert fake.mutations(since=mark) == []
+
+
+def test_destroy_adopted_with_vdis_refused(fake):
+    sr, _ = adopted(fake)
+    create_volume(sr)
+    mark = len(fake.calls)
+    with pytest.raises(errors.SrNotEmpty):
+        call("SR.destroy", sr=sr)
+    assert fake.mutations(since=mark) == []
+
+
+# --- probe -------------------------------------------------------------------
+
+def _check_probe(results):
+    for result in results:
+        if "sr_uuid" in result["configuration"]:
+            assert result["complete"] is True
+            assert result["sr"]["uuid"] == result["configuration"]["sr_uuid"]
+    return results
+
+
+def test_probe_exported_pool_by_device(fake):
+    sr, stored = create_sr(description="probe me")
+    call("SR.detach", sr=sr)
+    mark = len(fake.calls)
+    [result] = _check_probe(call("SR.probe",
+                                 configuration={"device": "/dev/sdb"}))
+    assert result["configuration"] == stored
+    assert result["complete"] is True
+    assert result["sr"]["sr"] == "tank"
+    assert result["sr"]["description"] == "probe me"
+    assert result["extra_info"] == {}
+    assert fake.imported() == []                 # exported again
+    [imp] = [a for a in fake.ran("zpool", "import", since=mark)
+             if "--" in a]
+    assert imp[imp.index("readonly=on") - 1] == "-o"
+    assert "-N" in imp and "cachefile=none" in imp
+    assert imp[imp.index("/dev/sdb1") - 1] == "-d"
+    writes = [a for a in fake.mutations(since=mark)
+              if a[:2] not in (["zpool", "import"], ["zpool", "export"])]
+    assert writes == []
+
+
+def test_probe_result_attaches(fake):
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    [result] = call("SR.probe", configuration={"device": "/dev/sdb"})
+    assert call("SR.attach", configuration=result["configuration"]) == sr
+
+
+def test_probe_imported_pool_by_device(fake):
+    sr, stored = create_sr()
+    results = _check_probe(call("SR.probe",
+                                configuration={"device": "/dev/sdb"}))
+    assert [r["configuration"] for r in results] == [stored]
+
+
+def test_probe_imported_pool_leaves_it_imported(fake):
+    sr, stored = create_sr()
+    call("SR.probe", configuration={"device": "/dev/sdb"})
+    assert fake.imported() == ["tank"]
+    assert not fake.ran("zpool", "export")
+
+
+def test_probe_adopted_pool_by_name(fake):
+    sr, stored = adopted(fake)
+    [result] = _check_probe(call("SR.probe",
+                                 configuration={"zpool": "data"}))
+    assert result["configuration"] == stored
+    assert result["sr"]["sr"] == sr
+
+
+def test_probe_everything(fake):
+    create_sr()
+    call("SR.create", uuid=SR_UUID2, configuration={
+        "device": "/dev/sdc", "pool-name": "second"}, name="second",
+        description="")
+    call("SR.detach", sr="second")
+    results = _check_probe(call("SR.probe", configuration={}))
+    assert sorted(r["sr"]["sr"] for r in results) == ["second", "tank"]
+    assert sorted(r["configuration"]["sr_uuid"] for r in results) == \
+        sorted([SR_UUID, SR_UUID2])
+    assert fake.imported() == ["tank"]
+
+
+def test_probe_without_source_gives_an_attachable_configuration(fake):
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    [result] = call("SR.probe", configuration={})
+    assert call("SR.attach", configuration=result["configuration"]) == sr
+
+
+def test_probe_without_source_then_attach_answers_json(
+        fake, monkeypatch, capsys):
+    """Whatever the bug above does, the wire answers one JSON value."""
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    [result] = call("SR.probe", configuration={})
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(
+        {"dbg": "x", "configuration": result["configuration"]})))
+    rc = wire.main(["SR.attach", "--json"], wire.VOLUME_INTERFACES,
+                   handlers())
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    answer = json.loads(out)
+    assert answer == sr if rc == 0 else answer["code"] == "SR_BACKEND_FAILURE"
+
+
+def test_probe_blank_device(fake):
+    assert call("SR.probe", configuration={"device": "/dev/sde"}) == []
+    assert fake.mutations() == []
+
+
+def test_probe_pool_without_sr(fake):
+    fake.admin("zpool create -m none other /dev/sdc")
+    fake.admin("zpool export other")
+    assert call("SR.probe", configuration={"device": "/dev/sdc"}) == []
+    assert fake.imported() == []
+
+
+def test_probe_exports_again_when_reading_fails(fake):
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    fake.inject("zfs get", "internal error: Invalid exchange\n")
+    with pytest.raises(errors.ZfsError):
+        call("SR.probe", configuration={"device": "/dev/sdb"})
+    assert fake.imported() == []
+
+
+def test_probe_skips_a_pool_it_cannot_import(fake):
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    fake.admin("zpool create -m none tank /dev/sdd")   # same name, imported
+    results = call("SR.probe", configuration={"device": "/dev/sdb"})
+    assert results == []
+    assert fake.imported() == ["tank"]
+    assert meta.SR_UUID not in fake.local_props("tank")
+
+
+def test_probe_refuses_bad_configuration(fake):
+    with pytest.raises(errors.InvalidConfiguration):
+        call("SR.probe", configuration={"device": "/dev/sdb;id"})
+    assert fake.calls == []
