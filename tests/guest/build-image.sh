@@ -199,7 +199,8 @@ log "zfs module ${zko#"$root"}; zfsutils-linux $zfs_pkg"
 install -m 755 "$here/zfsng-guest-init" "$root/usr/local/sbin/zfsng-guest-init"
 mkdir -p "$root/src" "$root/results"
 echo zfsng-guest >"$root/etc/hostname"
-# Pools created in a guest must not be auto-imported anywhere else by hostid.
+# A fixed hostid, as a real host has one (zpool status shows it; multihost
+# needs it); zfsutils' postinst may not have written one in a chroot.
 [ -s "$root/etc/hostid" ] || in_root zgenhostid -f >&2 || true
 
 # Shrink: the image is only booted, never updated. The compilers stay:
@@ -237,4 +238,12 @@ rm -f "$work"/*.log
 mv -T "$work" "$final"
 trap - EXIT
 log "done: $final ($(du -sh "$final" | cut -f1) on disk)"
+
+# Older recipes' images of this version are dead weight (1+ GiB each). A run
+# still booted from one keeps its open file; lock files are tiny and stay.
+for old in "$cache_root/zfs-$ver-"*; do
+    if [ ! -d "$old" ] || [ "$old" = "$final" ]; then continue; fi
+    log "removing outdated $old"
+    rm -rf "$old"
+done
 echo "$final"

@@ -91,11 +91,16 @@ append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
 
 echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB" >&2
 start=$SECONDS
-# stdin from /dev/null: with -nographic qemu would otherwise put the terminal
-# in raw mode and swallow Ctrl-C; this way Ctrl-C stops the run.
+# -display none -serial stdio rather than -nographic: with -nographic SeaBIOS
+# also drives the serial port and sends terminal reset/clear/autowrap-off
+# sequences that leave the user's terminal mangled.
+# -nodefaults: no VGA, CD-ROM, floppy or NIC for the guest to probe at boot
+# (seconds under TCG).
+# stdin from /dev/null: the terminal stays in cooked mode, so Ctrl-C stops
+# the run instead of going to the guest.
 set +e
 timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp 2 -m "$mem" \
-    -nographic -no-reboot -nic none \
+    -nodefaults -display none -serial stdio -no-reboot \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append" \
     "${drives[@]}" \
     -device virtio-rng-pci \

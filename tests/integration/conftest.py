@@ -9,6 +9,7 @@ those disks blank: pools on them are destroyed and labels wiped by the
 import glob
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -34,10 +35,18 @@ def sh(*argv, **kwargs):
 
 
 def all_disks():
-    disks = sorted(glob.glob("/dev/disk/by-id/virtio-zfsng-d*"),
+    disks = sorted((p for p in glob.glob("/dev/disk/by-id/virtio-zfsng-d*")
+                    if re.match(r".*-d[0-9]+$", p)),
                    key=lambda p: int(p.rsplit("d", 1)[1]))
     assert len(disks) >= 6, "the guest must have 6 spare disks: %s" % disks
     return disks
+
+
+def leaves(pool):
+    """Leaf device paths of a pool (-H rows: name, then statistics)."""
+    rows = sh("zpool", "list", "-v", "-H", "-P", "-o", "name", pool)
+    return [line.strip().split("\t")[0] for line in rows.splitlines()
+            if line.strip().startswith("/")]
 
 
 def pools_on(disks):
@@ -45,9 +54,8 @@ def pools_on(disks):
     real = set(os.path.realpath(d) for d in disks)
     found = set()
     for pool in sh("zpool", "list", "-H", "-o", "name").split():
-        for line in sh("zpool", "list", "-v", "-H", "-P", "-o", "name",
-                       pool).splitlines():
-            path = os.path.realpath(line.strip())
+        for leaf in leaves(pool):
+            path = os.path.realpath(leaf)
             if any(path.startswith(r) for r in real):
                 found.add(pool)
     return found
@@ -95,4 +103,4 @@ def new_uuid():
     return lambda: str(uuid.uuid4())
 
 
-__all__ = ["PluginError", "sh", "disk_state", "pools_on"]
+__all__ = ["PluginError", "sh", "disk_state", "pools_on", "leaves"]

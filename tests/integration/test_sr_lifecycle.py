@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import PluginError, disk_state, pools_on, sh
+from conftest import PluginError, disk_state, leaves, pools_on, sh
 
 GiB = 1 << 30
 
@@ -129,8 +129,7 @@ def test_mirror_health_follows_pool(plugin, disks, new_uuid):
     assert vol["virtual_size"] == 64 * 1024
     assert plugin("SR.stat", sr=sr)["health"] == ["Healthy", ""]
 
-    leg = sh("zpool", "list", "-v", "-H", "-P", "-o", "name",
-             "mir").split()[-1]
+    leg = leaves("mir")[-1]
     sh("zpool", "offline", "mir", leg)
     health = plugin("SR.stat", sr=sr)["health"]
     assert health[0] == "Recovering"

@@ -82,7 +82,14 @@ NATIVE_CHOICES = {
 }
 USER_PROP_RE = re.compile(r"^[a-z0-9_.:-]+$")
 COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.: -]+$")
-MAX_PROP_VALUE = 4095     # libzfs: strlen(value) >= ZFS_MAXPROPLEN fails
+MAX_PROP_VALUE = 4095     # the fake's old cap; see FakeZfs.user_value_cap
+# User property values: the kernel refuses strlen(value) >= ZAP_MAXVALUELEN
+# (8192, include/sys/fs/zfs.h) with E2BIG, in dsl_props_set_check() (zfs set,
+# zfs create -o, zfs clone -o) and zfs_check_userprops() (zfs snapshot -o).
+# libzfs (zfs_valid_proplist) checks only the name length of a dataset user
+# property, not the value: OpenZFS 2.1 and 2.3 alike.
+ZAP_MAXVALUELEN = 8192
+ZFS_MAXPROPLEN = 4096     # MAXPATHLEN: the buffer zfs list prints into
 
 
 class CommandError(Exception):
@@ -258,6 +265,10 @@ class FakeZfs(object):
         self.injected = []          # [prefix, rc, err, times]
         self._guid = 9 * 10 ** 18 + 170000000000000
         self.default_volblocksize = DEFAULT_VOLBLOCKSIZE
+        # Not OpenZFS: a cap of 4096 bytes on user property values that
+        # this fake always had (tests/unit/test_fakezfs.py relies on it).
+        # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).
+        self.user_value_cap = None
 
     # --- the runner interface ------------------------------------------------
 
@@ -603,7 +614,12 @@ class FakeZfs(object):
         if prop == "origin":
             return None if snap else ds.origin
         if prop == "clones":
-            return ",".join(ds.clones) if snap else None
+            # get_clones_string(): no clone is "-" (the property does not
+            # apply), and the list is strlcat'ed into zfs list's
+            # ZFS_MAXPROPLEN buffer, so a long one is cut short.
+            if not snap or not ds.clones:
+                return None
+            return ",".join(ds.clones)[:ZFS_MAXPROPLEN - 1]
         if prop == "defer_destroy":
             return ("on" if ds.defer_destroy else "off") if snap else None
         if prop == "mountpoint":
@@ -637,7 +653,8 @@ class FakeZfs(object):
             if not USER_PROP_RE.match(key) or len(key) > 255:
                 raise CommandError("%s: invalid property '%s'"
                                    % (errprefix, key))
-            if len(value.encode("utf-8")) > MAX_PROP_VALUE:
+            if self.user_value_cap is not None and \
+                    len(value.encode("utf-8")) >= self.user_value_cap:
                 raise CommandError("%s: property value '%s' is too long"
                                    % (errprefix, value))
             return
@@ -689,6 +706,21 @@ class FakeZfs(object):
             raise CommandError("%s: invalid property '%s'" % (errprefix, key))
 
     @staticmethod
+    def _too_big(props):
+        """Whether the kernel refuses one of these user property values
+        with E2BIG (strlen >= ZAP_MAXVALUELEN)."""
+        return any(":" in key and len(value.encode("utf-8")) >=
+                   ZAP_MAXVALUELEN for key, value in props.items())
+
+    @staticmethod
+    def _internal_error(action, description):
+        """zfs_standard_error() on an errno it has no case for (E2BIG from
+        zfs create/clone/snapshot): EZFS_UNKNOWN, which zfs_verror() prints
+        as an internal error before abort(): SIGABRT, -6 from Popen."""
+        return CommandError("internal error: %s: %s" % (action, description),
+                            rc=-6)
+
+    @staticmethod
     def _parse_props(pairs, errprefix):
         props = {}
         for pair in pairs:
@@ -728,7 +760,7 @@ class FakeZfs(object):
         return out
 
     def _lsblk(self, argv):
-        if argv[1:-1] == ["-n", "-l", "-p", "-P", "-o",
+        if argv[1:-1] == ["-n", "-p", "-P", "-o",
                           "NAME,TYPE,MOUNTPOINT"]:
             pairs = True
         elif argv[1:-1] == ["-n", "-l", "-p", "-o", "NAME"]:
@@ -1472,32 +1504,71 @@ class FakeZfs(object):
         return ""
 
     def _apply_props(self, pool, ds, props, errprefix):
+        """libzfs zfs_prop_set_list(), then the kernel's
+        zfs_set_prop_nvlist(), which is not one transaction.
+
+        libzfs refuses bad values first (then nothing is set), adds the
+        refreservation a thick volume's volsize change implies
+        (zfs_add_synthetic_resv) and resolves refreservation=auto for the
+        new size (zfs_fix_auto_resv). The kernel then sets each special
+        property (volsize, refreservation) on its own, retrying a failed
+        one once after the others, and the plain ones (user properties) in
+        one batch, or one by one when the batch fails. What succeeded
+        stays: a thick volume grown past the free space keeps its new
+        volsize with its old refreservation, and the command fails.
+        """
         props = dict(props)
         if "volsize" in props:
-            size = parse_size(props.pop("volsize"))
+            size = parse_size(props["volsize"])
+            if size is not None and size % ds.volblocksize:
+                raise CommandError("%s: 'volsize' must be a multiple of "
+                                   "volume block size (%s)"
+                                   % (errprefix, nicenum(ds.volblocksize)))
             if size is None or size == 0:
-                raise CommandError("%s: volume size cannot be zero"
+                raise CommandError("%s: 'volsize' cannot be zero"
                                    % errprefix)
-            if size % ds.volblocksize:
-                raise CommandError("%s: volsize must be a multiple of volume"
-                                   " block size" % errprefix)
+            props["volsize"] = str(size)
             old_auto = self._auto_reservation(ds.volsize, ds.volblocksize)
             if self._refreservation(ds) == old_auto and \
                     "refreservation" not in props:
                 props["refreservation"] = "auto"
-            ds.volsize = size
         if props.get("refreservation") == "auto":
             props["refreservation"] = str(self._auto_reservation(
-                ds.volsize, ds.volblocksize))
-        if "refreservation" in props and \
-                props["refreservation"] != "none":
-            value = parse_size(props["refreservation"])
-            grow = value - max(self._refreservation(ds), self._usedds(ds))
+                int(props.get("volsize", ds.volsize)), ds.volblocksize))
+        elif props.get("refreservation") not in (None, "none"):
+            props["refreservation"] = str(parse_size(props["refreservation"]))
+        failed = []
+        special = [k for k in props if k in ("volsize", "refreservation")]
+        retry = [k for k in special if not self._set_special(
+            pool, ds, k, props[k])]
+        failed += [k for k in retry if not self._set_special(
+            pool, ds, k, props[k])]
+        plain = dict((k, v) for k, v in props.items() if k not in special)
+        for key, value in plain.items():
+            if self._too_big({key: value}):
+                failed.append(key)
+            else:
+                ds.props[key] = value
+        if failed:
+            raise CommandError("\n".join(
+                "%s: %s" % (errprefix, "property value too long"
+                            if ":" in key else
+                            "size is greater than available space")
+                for key in failed))
+
+    def _set_special(self, pool, ds, key, value):
+        """zfs_prop_set_special() for volsize and refreservation: whether
+        it took (a refreservation needs the free space it adds)."""
+        if key == "volsize":
+            ds.volsize = int(value)
+            return True
+        if value != "none":
+            grow = int(value) - max(self._refreservation(ds),
+                                    self._usedds(ds))
             if grow > self._pool_avail(pool):
-                raise CommandError("%s: size is greater than available space"
-                                   % errprefix)
-            props["refreservation"] = str(value)
-        ds.props.update(props)
+                return False
+        ds.props[key] = value
+        return True
 
     def _zfs_create(self, argv):
         opts, args = self._getopt(argv, 2, "V:so:b:")
@@ -1534,6 +1605,9 @@ class FakeZfs(object):
         if pool.readonly:
             raise CommandError("%s: pool is read-only" % errprefix)
         if kind == "filesystem":
+            if self._too_big(props):
+                raise self._internal_error(errprefix,
+                                           "Argument list too long")
             ds = self._new_dataset(pool, name, kind, props)
             ds.refer = FS_BASE
             return ""
@@ -1553,6 +1627,8 @@ class FakeZfs(object):
         reserve = self._refreservation(Dataset(name, kind, props, 0, "0"))
         if reserve > self._pool_avail(pool):
             raise CommandError("%s: out of space" % errprefix)
+        if self._too_big(props):   # created, props refused, destroyed
+            raise self._internal_error(errprefix, "Argument list too long")
         ds = self._new_dataset(pool, name, kind, props)
         ds.volsize, ds.volblocksize, ds.refer = volsize, block, VOL_BASE
         return ""
@@ -1563,11 +1639,18 @@ class FakeZfs(object):
             raise _Unknown()
         props = self._parse_props([v for _, v in opts],
                                   "cannot create snapshot")
+        checked = False
         for name in args:
             errprefix = "cannot create snapshot '%s'" % name
             self._check_name(name, errprefix, snapshot=True)
             for key, value in sorted(props.items()):
                 self._check_prop("snapshot", key, value, errprefix)
+            if not checked and self._too_big(props):
+                # zfs_ioc_snapshot: zfs_check_userprops() fails the whole
+                # call with E2BIG before any snapshot is taken
+                raise self._internal_error("cannot create snapshots ",
+                                           "Argument list too long")
+            checked = True
             pool, head = self._lookup(_head(name), errprefix)
             if name in pool.datasets:
                 raise CommandError("%s: dataset already exists" % errprefix)
@@ -1612,6 +1695,8 @@ class FakeZfs(object):
         if self._refreservation(Dataset(name, head.kind, props, 0, "0")) > \
                 self._pool_avail(pool):
             raise CommandError("%s: out of space" % errprefix)
+        if self._too_big(props):   # zfs_ioc_clone destroys it again
+            raise self._internal_error(errprefix, "Argument list too long")
         ds = self._new_dataset(pool, name, head.kind, props)
         ds.origin, ds.refer, ds.from_origin = origin, snap.refer, snap.refer
         ds.volsize, ds.volblocksize = snap.volsize, snap.volblocksize

@@ -226,7 +226,7 @@ def test_set_name_too_large(fake):
     sr, _ = create_sr()
     mark = len(fake.calls)
     with pytest.raises(errors.MetadataTooLarge):
-        call("SR.set_name", sr=sr, new_name=u"\u00e9" * 1000)  # 6 kB JSON
+        call("SR.set_name", sr=sr, new_name=u"\u00e9" * 1500)  # 9 kB JSON
     assert fake.mutations(since=mark) == []
     assert call("SR.stat", sr=sr)["name"] == "tank"
 

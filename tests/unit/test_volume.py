@@ -144,7 +144,7 @@ def test_create_on_an_unknown_sr(fake, sr):
 def test_create_with_too_much_metadata(fake, sr):
     mark = len(fake.calls)
     with pytest.raises(errors.MetadataTooLarge):
-        create_volume(sr, description="d" * 5000)
+        create_volume(sr, description="d" * 9000)
     assert fake.mutations(since=mark) == []
 
 

@@ -21,7 +21,9 @@ _HOLDER_TYPES = ("lvm", "crypt", "dm", "mpath", "md", "raid0", "raid1",
 
 def _lsblk(device):
     """Rows (dicts NAME/TYPE/MOUNTPOINT) for the device and its children."""
-    result = runner.run(["lsblk", "-n", "-l", "-p", "-P",
+    # -P (key="value" pairs) lists the device, then everything below it;
+    # util-linux refuses it together with -l.
+    result = runner.run(["lsblk", "-n", "-p", "-P",
                          "-o", "NAME,TYPE,MOUNTPOINT", device])
     if result.rc != 0:
         raise errors.DeviceNotFound(
@@ -29,6 +31,16 @@ def _lsblk(device):
                                "not found or not a block device"))
     return [dict(_PAIR_RE.findall(line)) for line in result.out.splitlines()
             if line.strip()]
+
+
+def family(device):
+    """Real paths of a device and of everything below it (partitions,
+    holders), or [] when it does not exist."""
+    try:
+        rows = _lsblk(device)
+    except errors.DeviceNotFound:
+        return []
+    return [os.path.realpath(r["NAME"]) for r in rows if r.get("NAME")]
 
 
 def _signatures(device):

@@ -68,10 +68,10 @@ SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
               SR_DEVICES]
 
-# ZFS refuses user property values of 8 KiB or more (ZAP_MAXVALUELEN) on
-# recent releases and of MAXPATHLEN (4 KiB) on older ones; stay under the
-# smaller so the pool can move between hosts of either.
-MAX_VALUE = 4095
+# The kernel refuses a user property value of ZAP_MAXVALUELEN (8192) bytes
+# or more with E2BIG (dsl_props_set_check, zfs_check_userprops); libzfs
+# does not check a dataset user property's value length (OpenZFS 2.1, 2.3).
+MAX_VALUE = 8191
 
 CHILD_PREFIX = "zfsng-"
 

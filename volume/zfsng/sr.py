@@ -41,6 +41,12 @@ def sr_row(sr):
         row = zfs.get_one(sr, meta.SR_COLUMNS + ["type"])
     except (errors.DatasetNotFound, errors.PoolNotFound):
         raise errors.Sr_not_attached(sr)
+    return check_sr_row(sr, row)
+
+
+def check_sr_row(sr, row):
+    """row (with type, SR_UUID and SR_OWNER) if it is the listing of sr's
+    own SR dataset, else raise Sr_not_attached."""
     uuid = row.get(meta.SR_UUID)
     if row["type"] != "filesystem" or not uuid:
         raise errors.Sr_not_attached(sr)
@@ -383,15 +389,6 @@ def ls(dbg, sr):
     return volume.list_volumes(sr)
 
 
-def _device_family(device):
-    """Real paths of a device and its partitions (lsblk), or []."""
-    result = runner.run(["lsblk", "-n", "-l", "-p", "-o", "NAME", device])
-    if result.rc != 0:
-        return []
-    return [os.path.realpath(l.strip()) for l in result.out.splitlines()
-            if l.strip()]
-
-
 def _probe_config(configuration, dataset, sr_uuid):
     config = dict((k, v) for k, v in configuration.items()
                   if k in devconfig.SOURCE_KEYS)
@@ -420,7 +417,7 @@ def _pool_matches(cfg, pool_name, leaves):
         return pool_name == pool_of(cfg.parent)
     family = set()
     for device in cfg.devices:
-        family.update(_device_family(device))
+        family.update(devices.family(device))
     return any(os.path.realpath(leaf) in family for leaf in leaves)
 
 
@@ -429,7 +426,7 @@ def _probe_exported(configuration, cfg):
     results = []
     dirs = []
     for device in cfg.devices:
-        dirs.extend(_device_family(device))
+        dirs.extend(devices.family(device))
     for pool in zfs.importable_pools(dirs):
         if cfg.parent and pool["name"] != pool_of(cfg.parent):
             continue

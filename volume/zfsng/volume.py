@@ -90,10 +90,24 @@ def _list(sr):
             if _in_sr(r, sr)]
 
 
+LS_COLUMNS = meta.VOLUME_COLUMNS + [meta.SR_UUID, meta.SR_OWNER]
+
+
 def list_volumes(sr):
-    """Every visible VDI of the SR, from one zfs list."""
-    srmod.sr_row(sr)
-    return [_to_volume(r) for r in _list(sr) if _is_vdi(r)]
+    """Every visible VDI of the SR, from one zfs list: its first row, the
+    SR dataset's own, proves sr is an attached zfs-ng SR."""
+    try:
+        names.check_dataset_name(sr)
+        rows = zfs.list_datasets(sr, LS_COLUMNS,
+                                 types="filesystem,volume,snapshot")
+    except (errors.InvalidConfiguration, errors.DatasetNotFound,
+            errors.PoolNotFound):
+        raise errors.Sr_not_attached(sr)
+    if not rows or rows[0]["name"] != sr:
+        raise errors.Sr_not_attached(sr)
+    srmod.check_sr_row(sr, rows[0])
+    return [_to_volume(r) for r in rows[1:]
+            if r["type"] != "filesystem" and _in_sr(r, sr) and _is_vdi(r)]
 
 
 def _find_in(rows, key):
@@ -118,8 +132,12 @@ def find(sr, key):
             return row
     except errors.DatasetNotFound:
         pass
-    return _find_in(zfs.list_datasets(sr, meta.VOLUME_COLUMNS,
-                                      types="snapshot"), key)
+    # -r lists every snapshot below the SR: a copy deeper down (zfs send |
+    # recv into a child dataset) carries the same properties, so keep to
+    # the SR's own zvols, as SR.ls does
+    return _find_in([r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS,
+                                                  types="snapshot")
+                     if _in_sr(r, sr)], key)
 
 
 # --- garbage: hidden parents and internal snapshots ---------------------------
@@ -252,9 +270,22 @@ def clone(dbg, sr, key):
             log.info("clone live %s via %s -> %s", source["name"], internal,
                      dataset)
             zfs.snapshot(internal)
-            zfs.clone(internal, dataset, props)
+            try:
+                zfs.clone(internal, dataset, props)
+            except errors.StorageError:
+                _discard(internal)  # a refused clone leaves nothing behind
+                raise
             zfs.destroy(internal, defer=True)  # goes with the clone
         return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+
+
+def _discard(snapshot):
+    """Destroy a snapshot nothing uses yet; if that fails too, collect
+    removes it later."""
+    try:
+        zfs.destroy(snapshot)
+    except errors.ZfsError as exc:
+        log.warning("could not remove %s: %s", snapshot, exc.message)
 
 
 def destroy(dbg, sr, key):
@@ -303,8 +334,25 @@ def resize(dbg, sr, key, new_size):
         if row.get("refreservation") not in (None, "0", "none"):
             props["refreservation"] = "auto"  # thick stays thick
         log.info("resize %s: %d -> %d", row["name"], current, size)
-        zfs.set_props(row["name"], props)
+        try:
+            zfs.set_props(row["name"], props)
+        except errors.ZfsError:
+            # ZFS sets volsize and refreservation one after the other
+            # (zfs_set_prop_nvlist): a thick volume may have grown though
+            # its reservation could not. A refused resize changes nothing.
+            _restore_size(row["name"], current)
+            raise
     return None
+
+
+def _restore_size(name, size):
+    try:
+        if int(zfs.get_one(name, ["volsize"])["volsize"]) != size:
+            log.warning("resize of %s refused: back to %d bytes", name, size)
+            zfs.set_props(name, {"volsize": str(size)})
+    except errors.ZfsError as exc:
+        log.error("could not put %s back to %d bytes: %s", name, size,
+                  exc.message)
 
 
 def _update(sr, key, change):

@@ -1,0 +1,361 @@
+"""Crash points: the plugin process killed between two zfs commands.
+
+Design decision 8: a crash at any step leaves a state the next call
+repairs. The seam is the runner: ``CrashAfter`` forwards to the fake and,
+right after the N-th command completes, raises ``Killed`` (a BaseException,
+so no ``except Exception`` in the plugin can swallow it, and no further
+command runs, as after a SIGKILL). The command itself did happen: its
+effect is in the pool.
+
+For every N up to the number of commands the operation runs, on a fresh
+host each time: build the scenario, run the operation killed at N, then
+"the next calls" xapi would make (SR.attach after a reboot, or a
+Volume.destroy of an unrelated VDI, and the same operation repeated, as
+xapi retries), and check:
+
+- every VDI that existed and was not being destroyed is still listed, with
+  its name, description and all its keys;
+- no internal snapshot without a clone (or not marked for deferred
+  destroy), no hidden zvol that nothing needs (``garbage``);
+- a destroyed VDI is not listed, a repeated call succeeds;
+- after destroying everything listed, only the SR dataset is left.
+
+A VDI made by a killed snapshot or clone (its command ran, the answer never
+reached xapi) is listed like any other and destroyed at the end: visible,
+so no leak (xapi's next SR.scan introduces it).
+"""
+
+import contextlib
+
+import pytest
+
+from zfsng import runner
+
+import fakezfs
+from conftest import PROGRAMS, call, create_sr
+from test_vdi_semantics import (
+    GiB, assert_only_the_sr_is_left, clone, destroy, destroy_everything,
+    garbage, listed, vdi_create, vdi_snapshot)
+
+
+class Killed(BaseException):
+    """The plugin process died right after a command (SIGKILL, host
+    crash)."""
+
+
+class CrashAfter(object):
+    """A runner that kills the "process" right after its n-th command."""
+
+    def __init__(self, host, n):
+        self.host, self.n, self.count, self.dead = host, n, 0, False
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:       # a dead process runs nothing more
+            raise Killed("command after the crash: %r" % (argv,))
+        result = self.host(argv, stdin_text)
+        self.count += 1
+        if self.count == self.n:
+            self.dead = True
+            raise Killed("killed after command %d: %r" % (self.n, argv))
+        return result
+
+
+@contextlib.contextmanager
+def installed(runner_):
+    old = runner.set_runner(runner_)
+    try:
+        yield runner_
+    finally:
+        runner.set_runner(old)
+
+
+def new_host():
+    host = fakezfs.FakeZfs()
+    host.user_value_cap = None
+    for name in "bcde":
+        host.add_disk("/dev/sd" + name)
+    return host
+
+
+def check_argvs(host):
+    """What the ``fake`` fixture checks: known forms, argv lists, nothing
+    option-like after ``--``."""
+    assert not host.unknown, host.unknown
+    for argv in host.calls:
+        assert argv[0] in PROGRAMS, argv
+        if "--" in argv:
+            after = argv[argv.index("--") + 1:]
+            assert not [a for a in after if a.startswith("-")], argv
+
+
+def commands_of(host, method, args):
+    """How many commands method runs (no crash)."""
+    with installed(CrashAfter(host, 0)) as counter:
+        call(method, **args)
+    return counter.count
+
+
+def run_killed(host, n, method, args):
+    """Run method, killed right after its n-th command; whether it was."""
+    with installed(CrashAfter(host, n)):
+        try:
+            call(method, **args)
+        except Killed:
+            return True
+    return False
+
+
+# --- scenarios ---------------------------------------------------------------
+#
+# Each builds its state through the plugin and returns a dict: the sr and
+# its stored device-config, the operation (method and args), the keys the
+# operation destroys, and "other", an unrelated VDI a recovery call may
+# destroy. "keep" is filled in afterwards: every listed VDI the operation
+# must not touch.
+
+def _base(host, thick=False):
+    sr, config = create_sr({"device": "/dev/sdb", "provisioning":
+                            "thick" if thick else "thin"})
+    other = vdi_create(sr, name="unrelated")["key"]
+    vdi = vdi_create(sr, name="vm disk", description="the one", size=GiB)
+    call("Volume.set", sr=sr, key=vdi["key"], k="_sm_config_x", v="kept")
+    host.write("%s/%s" % (sr, vdi["key"]), 64 * 1024 * 1024)
+    return sr, config, other, vdi["key"]
+
+
+def snapshot_scenario(host):
+    sr, config, other, key = _base(host)
+    return dict(sr=sr, config=config, other=other, method="Volume.snapshot",
+                args={"key": key}, destroys=[])
+
+
+def clone_snapshot_scenario(host):
+    sr, config, other, key = _base(host)
+    snap = vdi_snapshot(sr, key)["key"]
+    return dict(sr=sr, config=config, other=other, method="Volume.clone",
+                args={"key": snap}, destroys=[])
+
+
+def clone_live_scenario(host):
+    sr, config, other, key = _base(host)
+    return dict(sr=sr, config=config, other=other, method="Volume.clone",
+                args={"key": key}, destroys=[])
+
+
+def clone_live_thick_scenario(host):
+    sr, config, other, key = _base(host, thick=True)
+    return dict(sr=sr, config=config, other=other, method="Volume.clone",
+                args={"key": key}, destroys=[])
+
+
+def destroy_plain_scenario(host):
+    sr, config, other, key = _base(host)
+    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
+                args={"key": key}, destroys=[key])
+
+
+def destroy_with_dependents_scenario(host):
+    """The VDI has a snapshot with a clone, and a live clone."""
+    sr, config, other, key = _base(host)
+    snap = vdi_snapshot(sr, key)["key"]
+    clone(sr, snap)
+    clone(sr, key)
+    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
+                args={"key": key}, destroys=[key])
+
+
+def destroy_snapshot_with_clone_scenario(host):
+    """A snapshot with a clone: deferred, under a hidden parent."""
+    sr, config, other, key = _base(host)
+    snap = vdi_snapshot(sr, key)["key"]
+    clone(sr, snap)
+    destroy(sr, key)
+    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
+                args={"key": snap}, destroys=[snap])
+
+
+def destroy_last_dependent_scenario(host):
+    """V0 hidden <- S0 deferred <- C1 hidden <- S1: destroying S1, the last
+    VDI, frees C1, which frees S0, which frees V0."""
+    sr, config, other, key = _base(host)
+    s0 = vdi_snapshot(sr, key)["key"]
+    c1 = clone(sr, s0)["key"]
+    s1 = vdi_snapshot(sr, c1)["key"]
+    destroy(sr, key)
+    destroy(sr, s0)
+    destroy(sr, c1)
+    assert set(listed(sr)) == set([other, s1])
+    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
+                args={"key": s1}, destroys=[s1])
+
+
+def destroy_last_live_clone_scenario(host):
+    """V0 hidden <- internal snapshot (deferred) <- C1 hidden <- S1
+    deferred <- C2, and C1's own live clone C3 gone: destroying C2 frees
+    S1, then C1, which frees the internal snapshot, then V0."""
+    sr, config, other, key = _base(host)
+    c1 = clone(sr, key)["key"]
+    s1 = vdi_snapshot(sr, c1)["key"]
+    c2 = clone(sr, s1)["key"]
+    destroy(sr, key)
+    destroy(sr, c1)
+    destroy(sr, s1)
+    assert set(listed(sr)) == set([other, c2])
+    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
+                args={"key": c2}, destroys=[c2])
+
+
+def resize_scenario(host):
+    sr, config, other, key = _base(host)
+    vdi_snapshot(sr, key)
+    return dict(sr=sr, config=config, other=other, method="Volume.resize",
+                args={"key": key, "new_size": 3 * GiB}, destroys=[])
+
+
+def resize_thick_scenario(host):
+    sr, config, other, key = _base(host, thick=True)
+    return dict(sr=sr, config=config, other=other, method="Volume.resize",
+                args={"key": key, "new_size": 2 * GiB}, destroys=[])
+
+
+SCENARIOS = [snapshot_scenario, clone_snapshot_scenario, clone_live_scenario,
+             clone_live_thick_scenario, destroy_plain_scenario,
+             destroy_with_dependents_scenario,
+             destroy_snapshot_with_clone_scenario,
+             destroy_last_dependent_scenario,
+             destroy_last_live_clone_scenario, resize_scenario,
+             resize_thick_scenario]
+
+
+# --- the next calls ----------------------------------------------------------
+
+def attach_again(s):
+    assert call("SR.attach", configuration=s["config"]) == s["sr"]
+
+
+def destroy_unrelated(s):
+    destroy(s["sr"], s["other"])
+
+
+def repeat(s):
+    """xapi retries the operation; it must succeed."""
+    call(s["method"], sr=s["sr"], **s["args"])
+
+
+NEXT_CALLS = {
+    "attach+repeat": [attach_again, repeat],
+    "destroy-unrelated+repeat": [destroy_unrelated, repeat],
+    "repeat+attach": [repeat, attach_again],
+}
+
+
+def check_after(host, s, before):
+    sr = s["sr"]
+    now = listed(sr)
+    for key, volume in before.items():
+        if key in s["destroys"] or key == s.get("gone"):
+            assert key not in now, "destroyed VDI %s still listed" % key
+            continue
+        assert key in now, "VDI %s lost" % key
+        got = now[key]
+        assert (got["name"], got["description"], got["keys"],
+                got["read_write"]) == (volume["name"], volume["description"],
+                                       volume["keys"], volume["read_write"]), \
+            "VDI %s changed" % key
+        if s["method"] == "Volume.resize" and key == s["args"]["key"]:
+            assert got["virtual_size"] == s["args"]["new_size"]
+        else:
+            assert got["virtual_size"] == volume["virtual_size"]
+    assert garbage(host, sr) == []
+
+
+def play(scenario, n, next_calls):
+    """Scenario killed at command n, then next_calls, then the checks.
+    Returns whether the kill happened (n within the operation)."""
+    host = new_host()
+    with installed(host):
+        s = scenario(host)
+        before = listed(s["sr"])
+        killed = run_killed(host, n, s["method"],
+                            dict(s["args"], sr=s["sr"]))
+        for step in next_calls:
+            if step is destroy_unrelated:
+                s["gone"] = s["other"]
+            step(s)
+        check_after(host, s, before)
+        destroy_everything(s["sr"])
+        assert_only_the_sr_is_left(host, s["sr"])
+    check_argvs(host)
+    return killed
+
+
+@pytest.mark.parametrize("next_calls", sorted(NEXT_CALLS))
+@pytest.mark.parametrize("scenario", SCENARIOS,
+                         ids=[f.__name__[:-len("_scenario")]
+                              for f in SCENARIOS])
+def test_every_crash_point_is_repaired(scenario, next_calls):
+    host = new_host()
+    with installed(host):
+        s = scenario(host)
+        total = commands_of(host, s["method"], dict(s["args"], sr=s["sr"]))
+    assert total >= 2
+    failures = []
+    for n in range(1, total + 1):
+        try:
+            assert play(scenario, n, NEXT_CALLS[next_calls]), \
+                "not killed at %d of %d" % (n, total)
+        except AssertionError as exc:
+            failures.append("killed after command %d of %d: %s"
+                            % (n, total, exc))
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS,
+                         ids=[f.__name__[:-len("_scenario")]
+                              for f in SCENARIOS])
+def test_without_a_crash(scenario):
+    """The same checks with no crash: the baseline of the ones above."""
+    assert not play(scenario, 0, [attach_again, repeat])
+
+
+def test_the_seam_kills_after_the_command_ran():
+    host = new_host()
+    with installed(host):
+        sr, config = create_sr()
+        key = vdi_create(sr)["key"]
+        total = commands_of(host, "Volume.clone", {"sr": sr, "key": key})
+        assert total > 3
+        before = len(host.calls)
+        assert run_killed(host, 3, "Volume.clone", {"sr": sr, "key": key})
+        # three commands ran, the third (the internal snapshot) took effect,
+        # and nothing ran after it
+        assert len(host.calls) - before == 3
+        assert host.calls[-1][:2] == ["zfs", "snapshot"]
+        assert [g for g in garbage(host, sr)
+                if g.startswith("internal snapshot without a clone")]
+        # a call that does not clean up leaves it; attach repairs it
+        call("SR.ls", sr=sr)
+        assert garbage(host, sr)
+        call("SR.attach", configuration=config)
+        assert garbage(host, sr) == []
+    check_argvs(host)
+
+
+def test_crash_in_collect_is_finished_by_any_later_destroy():
+    """Killed in the middle of a chain's collection: hidden zvols nothing
+    needs are left; the next Volume.destroy, even of a key already gone
+    (xapi's retry), finishes the work."""
+    host = new_host()
+    with installed(host):
+        s = destroy_last_dependent_scenario(host)
+        args = dict(s["args"], sr=s["sr"])
+        # 1 sr_row, 2 list, 3 destroy S1, 4 list, 5 destroy -r C1
+        assert run_killed(host, 5, s["method"], args)
+        assert host.calls[-1][:3] == ["zfs", "destroy", "-r"]
+        assert garbage(host, s["sr"])          # V0: hidden, nothing needs it
+        destroy(s["sr"], s["args"]["key"])     # already gone
+        assert garbage(host, s["sr"]) == []
+        assert set(listed(s["sr"])) == set([s["other"]])
+        destroy(s["sr"], s["other"])
+        assert_only_the_sr_is_left(host, s["sr"])
+    check_argvs(host)
