@@ -20,7 +20,7 @@ VPY           := $(VENV)/bin/python
 GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
 
-.PHONY: all install deps check test-unit test-protocol lint-py36 \
+.PHONY: all install deps check test-unit test-protocol lint-py36 bench-ls \
         test-guest test-guest-2.1 test-guest-2.3 demo clean version
 
 all:
@@ -58,7 +58,7 @@ test-protocol: $(VPY)
 
 lint-py36: $(VPY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume plugins \
-	    tests/integration tests/demo.py
+	    tests/integration tests/demo.py tests/bench_ls.py tests/plugin_client.py
 
 test-guest-2.1:
 	bash $(GUEST) --zfs 2.1 -- make guest-tests
@@ -83,6 +83,14 @@ demo:
 	bash $(GUEST) --zfs $(ZFS) -- sh -c 'rm -rf /tmp/zfsng-root && \
 	    make -s install DESTDIR=/tmp/zfsng-root && \
 	    ZFSNG_ROOT=/tmp/zfsng-root python3 tests/demo.py'
+
+# Benchmark (not a test): SR.ls over BENCH_VDIS VDIs with 3 snapshots each
+# against a bare `zfs list -t all` of the same pool, in the guest.
+BENCH_VDIS ?= 1000
+bench-ls:
+	bash $(GUEST) --zfs $(ZFS) --disks 1 --disk-size 4G --timeout 5400 -- \
+	    sh -c 'rm -rf /tmp/zfsng-root && make -s install DESTDIR=/tmp/zfsng-root && \
+	    BENCH_VDIS=$(BENCH_VDIS) ZFSNG_ROOT=/tmp/zfsng-root python3 tests/bench_ls.py'
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

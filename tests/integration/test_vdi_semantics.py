@@ -1,0 +1,303 @@
+"""VDI semantics on real OpenZFS: data, dependents, keys, resize, crashes.
+
+Data is written to and read from the zvols' block devices, so a snapshot or
+clone is checked for what it holds, not only for existing.
+"""
+
+import hashlib
+import os
+import random
+import subprocess
+
+import pytest
+
+import xapi_flows as xapi
+from conftest import PluginError, sh
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def sr(plugin, disks, new_uuid):
+    stored = plugin("SR.create", uuid=new_uuid(), name="vdis",
+                    description="", configuration={"device": disks[0]})
+    sr = plugin("SR.attach", configuration=stored)
+    yield sr
+    sh("zpool", "destroy", "-f", "vdis", check=False)
+
+
+def device(sr, key):
+    path = "/dev/zvol/%s/%s" % (sr, key)
+    sh("udevadm", "settle")
+    assert os.path.exists(path), path
+    return path
+
+
+def write_pattern(path, seed, size=8 * MiB):
+    """Write reproducible pseudo-random data; return its sha256."""
+    rnd = random.Random(seed)
+    data = bytes(rnd.getrandbits(8) for _ in range(4096)) * (size // 4096)
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_hash(path, size=8 * MiB):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read(size)).hexdigest()
+
+
+def zfs_names(sr):
+    return sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
+              sr).split()
+
+
+def test_point_in_time_data_of_snapshots_and_clones(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "data", 32 * MiB)
+    first = write_pattern(device(sr, vdi["key"]), 1)
+    snap = xapi.vdi_snapshot(plugin, sr, vdi["key"], content_id="c1",
+                             tags=["gold"])
+    assert snap["read_write"] is False
+    assert snap["keys"]["is_a_snapshot"] == "true"
+    assert snap["keys"]["snapshot_of"] == vdi["key"]
+    assert snap["keys"]["content_id"] == "c1"
+    second = write_pattern(device(sr, vdi["key"]), 2)
+    assert first != second
+
+    of_snap = xapi.vdi_clone(plugin, sr, snap["key"])
+    of_live = xapi.vdi_clone(plugin, sr, vdi["key"])
+    assert read_hash(device(sr, of_snap["key"])) == first
+    assert read_hash(device(sr, of_live["key"])) == second
+    assert read_hash(device(sr, vdi["key"])) == second
+    assert of_live["read_write"] and of_snap["read_write"]
+    keys = plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"]
+    assert keys == {"vdi-type": "user", "tags-gold": "gold"}
+    # the internal snapshot of the live clone is not a VDI
+    listed = set(v["key"] for v in plugin("SR.ls", sr=sr))
+    assert listed == {vdi["key"], snap["key"], of_snap["key"],
+                      of_live["key"]}
+
+
+def test_vm_revert(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "os", 16 * MiB)
+    before = write_pattern(device(sr, vdi["key"]), 3)
+    snap = xapi.vdi_snapshot(plugin, sr, vdi["key"])
+    write_pattern(device(sr, vdi["key"]), 4)
+    # revert: clone the snapshot, destroy the original VDI
+    reverted = xapi.vdi_clone(plugin, sr, snap["key"])
+    xapi.vdi_destroy(plugin, sr, vdi["key"])
+    # later the snapshot is destroyed while the clone still depends on it
+    xapi.vdi_destroy(plugin, sr, snap["key"])
+    assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [reverted["key"]]
+    assert read_hash(device(sr, reverted["key"])) == before
+    xapi.vdi_destroy(plugin, sr, reverted["key"])
+    assert zfs_names(sr) == [sr]
+
+
+def test_rolling_snapshots_with_clones(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "rolling", 16 * MiB)
+    snaps, hashes = [], {}
+    for i in range(5):
+        hashes[i] = write_pattern(device(sr, vdi["key"]), 10 + i)
+        snaps.append(xapi.vdi_snapshot(plugin, sr, vdi["key"])["key"])
+    clones = {1: xapi.vdi_clone(plugin, sr, snaps[1])["key"],
+              3: xapi.vdi_clone(plugin, sr, snaps[3])["key"]}
+    for i in random.Random(7).sample(range(5), 3):
+        xapi.vdi_destroy(plugin, sr, snaps[i])
+    for i, key in clones.items():
+        assert read_hash(device(sr, key)) == hashes[i]
+    listed = set(v["key"] for v in plugin("SR.ls", sr=sr))
+    assert set(clones.values()) <= listed and vdi["key"] in listed
+    for key in list(listed):
+        xapi.vdi_destroy(plugin, sr, key)
+    assert zfs_names(sr) == [sr]
+
+
+def test_nothing_leaks(plugin, sr):
+    sh("zpool", "sync", "vdis")
+    baseline = int(sh("zpool", "list", "-Hp", "-o", "allocated", "vdis"))
+    vdi = xapi.vdi_create(plugin, sr, "leak", 64 * MiB)
+    write_pattern(device(sr, vdi["key"]), 5, size=32 * MiB)
+    snap = xapi.vdi_snapshot(plugin, sr, vdi["key"])
+    clone = xapi.vdi_clone(plugin, sr, snap["key"])
+    live = xapi.vdi_clone(plugin, sr, vdi["key"])
+    write_pattern(device(sr, clone["key"]), 6, size=16 * MiB)
+    for key in (vdi["key"], snap["key"], live["key"], clone["key"]):
+        xapi.vdi_destroy(plugin, sr, key)
+    assert zfs_names(sr) == [sr]
+    sh("zpool", "sync", "vdis")
+    for _ in range(50):  # frees are asynchronous (the pool's 'freeing')
+        if sh("zpool", "get", "-Hp", "-o", "value", "freeing",
+              "vdis").strip() == "0":
+            break
+        sh("sleep", "0.2")
+    sh("zpool", "sync", "vdis")
+    after = int(sh("zpool", "list", "-Hp", "-o", "allocated", "vdis"))
+    assert after - baseline < 2 * MiB, (baseline, after)
+
+
+def test_reset_on_boot_and_scan_filter(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "rob", 8 * MiB)
+    clone = xapi.reset_on_boot_start(plugin, sr, vdi["key"])
+    scanned = [v["key"] for v in xapi.sr_scan(plugin, sr)]
+    assert scanned == [vdi["key"]]
+    xapi.vdi_destroy(plugin, sr, vdi["key"])  # destroys the clone twice
+    assert clone["key"] not in [v["key"] for v in plugin("SR.ls", sr=sr)]
+    assert zfs_names(sr) == [sr]
+
+
+KEYS = {
+    "UPPER.Case_key:x": "V",
+    "sm-config:_sm_config_vhd-parent": "",
+    "tags-\u00e9t\u00e9": "\u2603 snow\tman\nline",
+    "empty": "",
+    "long": "x" * 6000,
+}
+
+
+def test_keys_round_trip_and_survive_export_import(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "keys", 8 * MiB)
+    for k, v in KEYS.items():
+        plugin("Volume.set", sr=sr, key=vdi["key"], k=k, v=v)
+    plugin("Volume.unset", sr=sr, key=vdi["key"], k="empty")
+    plugin("Volume.set_name", sr=sr, key=vdi["key"], new_name="n\u00e4me")
+    plugin("Volume.set_description", sr=sr, key=vdi["key"],
+           new_description="d\u00e9sc")
+    with pytest.raises(PluginError) as err:
+        plugin("Volume.set", sr=sr, key=vdi["key"], k="huge", v="y" * 9000)
+    assert err.value.name == "MetadataTooLarge"
+    want = dict(KEYS, **{"vdi-type": "user"})
+    del want["empty"]
+    guid = sh("zpool", "get", "-Hp", "-o", "value", "guid", "vdis").strip()
+    sh("zpool", "export", "vdis")
+    sh("zpool", "import", "-o", "cachefile=none", guid)
+    stat = plugin("Volume.stat", sr=sr, key=vdi["key"])
+    assert stat["keys"] == want
+    assert (stat["name"], stat["description"]) == ("n\u00e4me", "d\u00e9sc")
+
+
+def test_resize_grows_and_refuses_shrink(plugin, sr):
+    vdi = xapi.vdi_create(plugin, sr, "grow", 8 * MiB)
+    data = write_pattern(device(sr, vdi["key"]), 8)
+    plugin("Volume.resize", sr=sr, key=vdi["key"], new_size=20 * MiB + 1)
+    size = plugin("Volume.stat", sr=sr, key=vdi["key"])["virtual_size"]
+    assert size == 20 * MiB + 16 * 1024
+    assert read_hash(device(sr, vdi["key"])) == data
+    with pytest.raises(PluginError) as err:
+        plugin("Volume.resize", sr=sr, key=vdi["key"], new_size=8 * MiB)
+    assert err.value.code == "SR_BACKEND_FAILURE_79"
+    plugin("Volume.resize", sr=sr, key=vdi["key"], new_size=size)  # no-op
+
+
+def _consistent(plugin, sr, expected):
+    """Every expected VDI listed with its keys; nothing internal left."""
+    listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
+    for key, keys in expected.items():
+        assert key in listed, key
+        assert listed[key]["keys"] == keys
+    props = sh("zfs", "list", "-H", "-t", "all", "-r", "-o",
+               "name,org.xcp-ng.zfs-ng:vdi,clones,defer_destroy", sr)
+    for line in props.splitlines():
+        name, vdi, clones, defer = line.split("\t")
+        if "@zfsng-clone-" in name:
+            assert clones != "-" and defer == "on", line
+        if vdi == "destroyed":
+            assert any(r.startswith(name + "@") for r in props.split()), line
+    return listed
+
+
+@pytest.mark.parametrize("op", ["snapshot", "clone-live", "clone-snap",
+                                "destroy-parent", "destroy-last", "resize"])
+def test_crash_at_every_command_is_repaired(plugin, sr, op):
+    crashes = 0
+    for n in range(1, 12):
+        base = xapi.vdi_create(plugin, sr, "crash", 8 * MiB)
+        plugin("Volume.set", sr=sr, key=base["key"], k="keep", v="me")
+        snap = plugin("Volume.snapshot", sr=sr, key=base["key"])
+        clone = plugin("Volume.clone", sr=sr, key=snap["key"])
+        target = {"snapshot": ("Volume.snapshot", base["key"]),
+                  "clone-live": ("Volume.clone", base["key"]),
+                  "clone-snap": ("Volume.clone", snap["key"]),
+                  "destroy-parent": ("Volume.destroy", base["key"]),
+                  "destroy-last": ("Volume.destroy", clone["key"]),
+                  "resize": ("Volume.resize", base["key"])}[op]
+        args = {"dbg": "crash", "sr": sr, "key": target[1]}
+        if op == "resize":
+            args["new_size"] = 16 * MiB
+        if op == "destroy-last":  # the parent is hidden, the clone is last
+            plugin("Volume.destroy", sr=sr, key=base["key"])
+            plugin("Volume.destroy", sr=sr, key=snap["key"])
+        crashing = plugin.__class__(plugin.root, env=dict(
+            plugin.env, ZFSNG_CRASH_AFTER=str(n)))
+        rc, out, _ = crashing.raw(target[0], args)
+        if rc == 0:
+            break  # the call needs fewer than n commands: all points done
+        assert rc == 137, (n, rc, out)
+        crashes += 1
+        # the next calls: xapi retries, or attaches the SR again
+        plugin("SR.attach", configuration=attach_config(sr))
+        expected = {}
+        if op not in ("destroy-parent", "destroy-last"):
+            expected[base["key"]] = {"keep": "me"}
+        if op != "destroy-last":
+            expected[snap["key"]] = {}
+            expected[clone["key"]] = {}
+        _consistent(plugin, sr, expected)
+        for v in plugin("SR.ls", sr=sr):
+            plugin("Volume.destroy", sr=sr, key=v["key"])
+        assert zfs_names(sr) == [sr], (op, n)
+    assert crashes >= 1
+
+
+def attach_config(sr):
+    """What xapi keeps for attach: pool-guid and sr_uuid are enough."""
+    guid = sh("zpool", "get", "-Hp", "-o", "value", "guid", sr).strip()
+    uuid = sh("zfs", "get", "-H", "-o", "value",
+              "org.xcp-ng.zfs-ng:sr-uuid", sr).strip()
+    return {"pool-guid": guid, "sr_uuid": uuid}
+
+
+def _worker(root, env, sr, seconds, seed):
+    """One of the concurrent xapi callers: its own loop of operations."""
+    code = r"""
+import random, sys, time
+sys.path.insert(0, "tests")
+from plugin_client import Plugin, PluginError
+plugin = Plugin(sys.argv[1], env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+sr, end, rnd = sys.argv[2], time.time() + float(sys.argv[3]), random.Random(int(sys.argv[4]))
+ops = errors = 0
+while time.time() < end:
+    try:
+        vol = plugin("Volume.create", sr=sr, name="c", description="", size=1 << 20, sharable=False)
+        snap = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+        clone = plugin("Volume.clone", sr=sr, key=rnd.choice([vol, snap])["key"])
+        keys = [vol["key"], snap["key"], clone["key"]]
+        rnd.shuffle(keys)
+        for key in keys:
+            plugin("Volume.destroy", sr=sr, key=key)
+        ops += 6
+    except PluginError as exc:
+        errors += 1
+        print("typed error:", exc.code, exc.params)
+print("ops", ops, "errors", errors)
+"""
+    return subprocess.Popen(["python3", "-c", code, root, sr, str(seconds),
+                             str(seed)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env,
+                            cwd=os.path.join(os.path.dirname(__file__),
+                                             "..", ".."))
+
+
+def test_eight_concurrent_callers(plugin, sr):
+    procs = [_worker(plugin.root, plugin.env, sr, 60, seed)
+             for seed in range(8)]
+    outputs = [p.communicate() for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        text = out.decode()
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert "Traceback" not in text and "AssertionError" not in text
+        assert "errors 0" in text, text[-2000:]
+    assert plugin("SR.ls", sr=sr) == []
+    assert zfs_names(sr) == [sr]
