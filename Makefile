@@ -13,6 +13,8 @@ LIBEXEC       ?= $(PREFIX)/libexec/xapi-storage-script
 # XCP-ng 8.3's dom0 Python is 3.6; the package goes to its site-packages.
 PYTHON_SITELIB ?= $(PREFIX)/lib/python3.6/site-packages
 VOLUME_DIR    := volume/org.xen.xapi.storage.zfs-ng
+# The datapath is named by the volumes' URI scheme (zfs-ng:///pool/...).
+DATAPATH_DIR  := datapath/zfs-ng
 VERSION       := $(shell sed -n 's/^VERSION = "\(.*\)"/\1/p' volume/zfsng/__init__.py)
 
 VENV          ?= .venv
@@ -39,6 +41,53 @@ install:
 	    ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
 	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
+	install -d $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)
+	install -m 0755 plugins/$(DATAPATH_DIR)/datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
+	cd plugins/$(DATAPATH_DIR) && for f in Plugin.* Datapath.*; do \
+	    ln -sfn datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/$$f; done
+	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath
+	install -m 0644 datapath/zfsng_datapath/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath/
+
+# --- RPM for XCP-ng 8.3 (packaging/zfs-ng.spec) -------------------------------
+# `make rpm` builds build/rpm/RPMS/noarch/zfs-ng-$(VERSION)-1.noarch.rpm from
+# the work tree (tracked and untracked files, less what .gitignore ignores);
+# the spec gets the version from here. `make test-rpm` checks the package and
+# runs the plugin from its unpacked payload. The Debian tools they need (rpm,
+# rpm2cpio, cpio, rpmlint) are installed on first use, as root.
+RPM_TOPDIR    := $(CURDIR)/build/rpm
+RPM_SOURCE    := $(RPM_TOPDIR)/SOURCES/zfs-ng-$(VERSION).tar.gz
+RPM_FILE      := $(RPM_TOPDIR)/RPMS/noarch/zfs-ng-$(VERSION)-1.noarch.rpm
+RPM_TOOLS     := rpmbuild:rpm rpm2cpio:rpm2cpio cpio:cpio
+
+.PHONY: rpm test-rpm rpm-tools
+
+rpm-tools:
+	@missing=; for t in $(RPM_TOOLS); do \
+	    command -v $$(echo $$t | cut -d: -f1) >/dev/null || \
+	        missing="$$missing $$(echo $$t | cut -d: -f2)"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi
+
+rpm: rpm-tools
+	@test -n "$(VERSION)" || { echo "no VERSION in volume/zfsng/__init__.py"; exit 1; }
+	rm -rf $(RPM_TOPDIR)
+	mkdir -p $(RPM_TOPDIR)/SOURCES
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	    git ls-files -z --cached --others --exclude-standard; \
+	else \
+	    find . -path ./build -prune -o -path ./.git -prune -o -path ./.venv -prune \
+	        -o ! -type d -printf '%P\0'; \
+	fi | tar --null --files-from=- --ignore-failed-read --owner=0 --group=0 \
+	    --transform 's,^,zfs-ng-$(VERSION)/,S' -czf $(RPM_SOURCE)
+	rpmbuild -bb --nodeps --define "_topdir $(RPM_TOPDIR)" \
+	    --define "zfsng_version $(VERSION)" packaging/zfs-ng.spec
+	@ls $(RPM_TOPDIR)/RPMS/*/*.rpm
+
+test-rpm: RPM_TOOLS += rpmlint:rpmlint
+test-rpm: rpm $(VPY)
+	ZFSNG_RPM=$(RPM_FILE) $(VPY) -m pytest -q tests/packaging
 
 # --- test tools, installed by the project itself ----------------------------
 $(VPY): tests/requirements.txt
@@ -57,7 +106,7 @@ test-protocol: $(VPY)
 	PYTHONPATH=volume $(VPY) -m pytest -q tests/protocol
 
 lint-py36: $(VPY)
-	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume plugins \
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
 	    tests/integration tests/demo.py tests/bench_ls.py tests/plugin_client.py
 
 test-guest-2.1:
@@ -74,9 +123,9 @@ guest-tests:
 	rm -rf /tmp/zfsng-root
 	$(MAKE) -s install DESTDIR=/tmp/zfsng-root
 	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
-	    python3 -m pytest -p no:cacheprovider -v tests/integration
+	    python3 -m pytest -p no:cacheprovider -v --durations=15 tests/integration
 
-check: test-unit test-protocol lint-py36 test-guest-2.1 test-guest-2.3
+check: test-unit test-protocol lint-py36 test-rpm test-guest-2.1 test-guest-2.3
 
 # --- the newcomer's demo ----------------------------------------------------------
 demo:

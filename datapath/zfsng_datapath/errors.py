@@ -1,0 +1,34 @@
+"""The datapath's own typed errors (see zfsng.errors for the scheme).
+
+Each reaches xapi as SR_BACKEND_FAILURE with ``[ErrorName, message]``.
+"""
+
+from zfsng.errors import StorageError
+
+
+class TapdiskUnavailable(StorageError):
+    """tap-ctl cannot be run on this host (not installed, or no blktap):
+    a guest disk needs XCP-ng's blktap; dom0 attaches do not."""
+
+
+class TapdiskError(StorageError):
+    """A tap-ctl command failed; the message holds the command, the errno
+    name tap-ctl exited with and its stderr."""
+
+    def __init__(self, message, rc=None):
+        StorageError.__init__(self, message)
+        self.rc = rc
+
+
+class DeviceNotReady(StorageError):
+    """The zvol's /dev/zvol node did not appear, or did not prove to be the
+    zvol, within the wait bound."""
+
+
+class NotAttached(StorageError):
+    """activate/activate_readonly before attach for this domain."""
+
+
+class NonpersistentResetBlocked(StorageError):
+    """A non-persistent disk cannot be reset: newer snapshots exist after
+    its reset point, and zfs-ng never destroys a VDI's snapshot to reset."""

@@ -1,0 +1,28 @@
+"""Plugin.Query of the datapath plugin."""
+
+from zfsng import VERSION
+
+# NONPERSISTENT: xapi then delegates reset-on-boot to Datapath.open/close
+# (xapi-storage-script main.ml, epoch_begin/epoch_end) instead of cloning
+# the VDI at every VM start.
+FEATURES = ["NONPERSISTENT"]
+
+
+def query(dbg):
+    return {
+        "plugin": "zfs-ng",
+        "name": "zfs-ng raw datapath",
+        "description": "Hands a zfs-ng zvol to a guest through tapdisk in "
+                       "raw (aio) mode, or to dom0 as a block device; "
+                       "reset-on-boot by ZFS snapshot and rollback",
+        "vendor": "zfs-ng project",
+        "copyright": "(C) the zfs-ng authors",
+        "version": VERSION,
+        "required_api_version": "5.0",
+        "features": list(FEATURES),
+        "configuration": {},
+        "required_cluster_stack": [],
+    }
+
+
+HANDLERS = {"Plugin.Query": query}

@@ -1,0 +1,84 @@
+"""What a datapath call is about: the URI's dataset, and the domain.
+
+URIs (made by the volume plugin, zfsng.meta.volume_uri)
+  zfs-ng:///<sr dataset>/<vdi uuid>                   a VDI: a zvol
+  zfs-ng:///<sr dataset>/<parent uuid>@<snap uuid>    a snapshot VDI
+
+The scheme is the name of the datapath directory xapi-storage-script routes
+to (``<root>/datapath/zfs-ng/``). It cannot collide with XCP-ng's own
+datapaths (``tapdisk``, ``qdisk``, ``file``, ``raw``...): the scheme is the
+SR type, which is ours.
+
+Domains (shared/smapiv3.md): a guest is its domain id (digits, ``0`` being
+a VBD plugged into dom0 through blkback); xapi's own dom0 attaches (export,
+import, backup) are ``u0-`` followed by the datapath id. Anything else is
+treated as a guest (it needs the XenDisk), after a check that it is a safe
+file-name component.
+"""
+
+import re
+
+from zfsng import meta, names
+from zfsng.errors import InvalidArgument, InvalidConfiguration
+
+SCHEME = meta.URI_SCHEME          # "zfs-ng"
+PREFIX = SCHEME + ":///"
+DOM0_PREFIX = "u0-"
+_DOMAIN_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
+
+
+class Target(object):
+    """A parsed URI.
+
+    dataset   what the URI names (pool/.../vol or pool/.../vol@snap)
+    head      the zvol (dataset without @snap)
+    snapshot  the snapshot's uuid, or None for a live VDI
+    sr        the SR dataset (the zvol's parent)
+    """
+
+    __slots__ = ("uri", "dataset", "head", "snapshot", "sr")
+
+    def __init__(self, uri, dataset, head, snapshot, sr):
+        self.uri, self.dataset, self.head = uri, dataset, head
+        self.snapshot, self.sr = snapshot, sr
+
+    def __repr__(self):
+        return "Target(%r)" % self.dataset
+
+
+def parse(uri):
+    """The Target of a zfs-ng URI, or raise InvalidArgument.
+
+    Strict on purpose: the dataset ends up in zfs and tap-ctl argv lists and
+    in /dev paths, and only names the volume plugin makes are accepted (the
+    zvol is named by a uuid, a snapshot VDI's snapshot too), so a URI can
+    never point the datapath at an internal snapshot or another dataset.
+    """
+    if not isinstance(uri, str) or not uri.startswith(PREFIX):
+        raise InvalidArgument("not a %s URI: %r (expected %s<pool>/.../<vdi "
+                              "uuid>[@<snapshot uuid>])"
+                              % (SCHEME, uri, PREFIX))
+    dataset = uri[len(PREFIX):]
+    head, at, snap = dataset.partition("@")
+    try:
+        names.check_dataset_name(head, "URI dataset")
+    except InvalidConfiguration as exc:
+        raise InvalidArgument(exc.message)
+    parts = head.split("/")
+    if len(parts) < 2 or not names.is_uuid(parts[-1]) or \
+            (at and not names.is_uuid(snap)):
+        raise InvalidArgument(
+            "URI %r does not name a zfs-ng VDI (<sr dataset>/<vdi uuid> or "
+            "<sr dataset>/<vdi uuid>@<snapshot uuid>)" % uri)
+    return Target(uri, dataset, head, snap or None, head.rsplit("/", 1)[0])
+
+
+def is_dom0(domain):
+    return domain.startswith(DOM0_PREFIX)
+
+
+def check_domain(domain):
+    if not _DOMAIN_RE.match(domain or ""):
+        raise InvalidArgument("domain %r is neither a domain id nor a dom0 "
+                              "datapath name (u0-...)" % (domain,))
+    return domain

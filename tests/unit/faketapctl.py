@@ -1,0 +1,296 @@
+"""faketapctl: an in-memory blktap (tap-ctl, tapdisks, minors) for unit tests.
+
+Like fakezfs, it is a runner (``FakeTapCtl()(argv) -> runner.Result``)
+installed at zfs-ng's one command seam, and it answers the way blktap's
+``tap-ctl`` does (xapi-project/blktap ``control/tap-ctl.c`` for the options
+and output, ``control/tap-ctl-*.c`` and ``drivers/tapdisk-control.c`` and
+the kernel's ``control.c`` (blktap-dkms) for the state machine):
+
+- ``spawn`` starts an idle tapdisk and prints its pid ("%d\\n": stdout is
+  no tty); an idle tapdisk lives until killed.
+- ``allocate`` reserves the lowest free minor and prints
+  ``/dev/xen/blktap-2/tapdev<minor>``.
+- ``attach -p -m`` needs both options (else usage, EINVAL), a live tapdisk
+  (ENOENT: its control socket is gone), an allocated minor (ENOENT: no ring
+  device), a minor no other tapdisk holds (EBUSY) and not already attached
+  to this one (EEXIST).
+- ``open -p -m -a type:path [-R] [-D] [-t s]`` needs the VBD attached
+  (EINVAL), not open yet (EALREADY), and an existing path (ENOENT).
+- ``close -p -m [-f] [-t s]`` needs the VBD (ENODEV) and, stricter than the
+  real one (which may treat closing a closed VBD as done), that it is open
+  (EINVAL): the datapath must never depend on either behaviour.
+- ``detach -p -m`` needs the VBD (ENODEV) closed (EBUSY); a tapdisk whose
+  last VBD goes exits (tapdisk_server_check_state).
+- ``free -m`` needs the minor (ENODEV) and no tapdisk holding it (EBUSY).
+- ``list [-p] [-m] [-t] [-f]`` prints the key=value lines of
+  tap_cli_list_dict: VBDs ("pid=%d minor=%d state=%#x args=%s:%s", no args
+  before open), idle tapdisks ("pid=%d"), then orphan minors ("minor=%d").
+- A failure prints strerror() on stderr and exits with the errno.
+- ``kill -TERM <pid>`` (the kill program) ends a tapdisk.
+
+Test helpers: ``kill_tapdisk(pid)`` (a tapdisk that died: its VBDs vanish,
+its minors stay allocated and become orphans, as the kernel keeps them),
+``reboot()``, ``vbds()``, ``inject(prefix, errno, times)``.
+"""
+
+import errno
+import os
+
+from zfsng import runner
+
+TAPDEV = "/dev/xen/blktap-2/tapdev%d"
+PROGRAMS = ("tap-ctl", "kill")
+
+
+class FakeTapCtl(object):
+
+    def __init__(self, exists=os.path.exists):
+        self.exists = exists          # is the image path there?
+        self.tapdisks = {}            # pid -> {minor: vbd dict}
+        self.minors = set()           # allocated minors
+        self.next_pid = 4242
+        self.calls = []
+        self.unknown = []
+        self.injected = []            # [argv prefix, errno, times]
+
+    # --- runner interface ----------------------------------------------------
+
+    def __call__(self, argv, stdin_text=None):
+        self.calls.append(list(argv))
+        for rule in self.injected:
+            prefix, err, times = rule
+            if argv[:len(prefix)] == prefix and times != 0:
+                rule[2] -= 1
+                return self._fail(argv, err)
+        if argv[0] == "kill":
+            return self._kill(argv)
+        if len(argv) < 2:
+            return self._usage(argv)
+        handler = getattr(self, "_" + argv[1], None)
+        if handler is None:
+            self.unknown.append(argv)
+            raise AssertionError("faketapctl: unsupported command %r" % argv)
+        try:
+            out = handler(argv[2:])
+        except _Errno as exc:
+            return self._fail(argv, exc.err)
+        return runner.Result(argv, 0, out or "", "")
+
+    @staticmethod
+    def _fail(argv, err):
+        return runner.Result(argv, err, "", os.strerror(err) + "\n")
+
+    def _usage(self, argv):
+        return runner.Result(argv, errno.EINVAL, "",
+                             "usage: %s\n" % " ".join(argv))
+
+    # --- helpers for tests ---------------------------------------------------
+
+    def kill_tapdisk(self, pid):
+        """The tapdisk died (crash, kill -9): no VBD is served any more;
+        the minors it held stay allocated in the kernel (orphans)."""
+        del self.tapdisks[pid]
+
+    def reboot(self):
+        self.tapdisks, self.minors = {}, set()
+
+    def vbds(self):
+        """[(pid, minor, args or None, readonly)] of every VBD."""
+        return sorted((pid, minor, v["args"], v["readonly"])
+                      for pid, vbds in self.tapdisks.items()
+                      for minor, v in vbds.items())
+
+    def inject(self, command, err, times=1):
+        """The next ``times`` argvs starting with command's words fail with
+        errno err."""
+        self.injected.append([command.split(), err, times])
+
+    def holder(self, minor):
+        for pid, vbds in self.tapdisks.items():
+            if minor in vbds:
+                return pid
+        return None
+
+    # --- commands ------------------------------------------------------------
+
+    @staticmethod
+    def _opts(args, spec):
+        """getopt(3) with spec like "p:m:h"; _Errno(EINVAL) on a bad one."""
+        takes, i = {}, 0
+        while i < len(spec):
+            takes[spec[i]] = spec[i + 1:i + 2] == ":"
+            i += 2 if takes[spec[i]] else 1
+        opts, i = {}, 0
+        while i < len(args):
+            arg = args[i]
+            if not arg.startswith("-") or len(arg) < 2 or arg[1] not in takes:
+                raise _Errno(errno.EINVAL)
+            flag = arg[1]
+            if takes[flag]:
+                value = arg[2:]
+                if not value:
+                    i += 1
+                    if i >= len(args):
+                        raise _Errno(errno.EINVAL)
+                    value = args[i]
+                opts[flag] = value
+            else:
+                if len(arg) != 2:
+                    raise _Errno(errno.EINVAL)
+                opts[flag] = True
+            i += 1
+        return opts
+
+    @staticmethod
+    def _int(opts, flag):
+        if flag not in opts:
+            raise _Errno(errno.EINVAL)   # usage
+        try:
+            return int(opts[flag])
+        except ValueError:
+            raise _Errno(errno.EINVAL)
+
+    def _tapdisk(self, pid):
+        if pid not in self.tapdisks:
+            raise _Errno(errno.ENOENT)   # no control socket ctl<pid>
+        return self.tapdisks[pid]
+
+    def _spawn(self, args):
+        self._opts(args, "c:h")
+        pid = self.next_pid
+        self.next_pid += 17
+        self.tapdisks[pid] = {}
+        return "%d\n" % pid
+
+    def _allocate(self, args):
+        self._opts(args, "d:h")
+        minor = 0
+        while minor in self.minors:
+            minor += 1
+        self.minors.add(minor)
+        return TAPDEV % minor + "\n"
+
+    def _attach(self, args):
+        opts = self._opts(args, "p:m:h")
+        pid, minor = self._int(opts, "p"), self._int(opts, "m")
+        vbds = self._tapdisk(pid)
+        if minor in vbds:
+            raise _Errno(errno.EEXIST)
+        if minor not in self.minors:
+            raise _Errno(errno.ENOENT)   # no ring device /dev/.../blktapN
+        if self.holder(minor) is not None:
+            raise _Errno(errno.EBUSY)    # another tapdisk maps the ring
+        vbds[minor] = {"args": None, "readonly": False}
+        return ""
+
+    def _open(self, args):
+        opts = self._opts(args, "a:RDm:p:e:r2:st:C:Eh")
+        pid, minor = self._int(opts, "p"), self._int(opts, "m")
+        if "a" not in opts:
+            raise _Errno(errno.EINVAL)
+        kind, sep, path = opts["a"].partition(":")
+        if not sep or kind not in ("aio", "vhd", "qcow2"):
+            raise _Errno(errno.EINVAL)
+        vbd = self._tapdisk(pid).get(minor)
+        if vbd is None:
+            raise _Errno(errno.EINVAL)
+        if vbd["args"] is not None:
+            raise _Errno(errno.EALREADY)
+        if not self.exists(path):
+            raise _Errno(errno.ENOENT)
+        vbd["args"], vbd["readonly"] = opts["a"], "R" in opts
+        return ""
+
+    def _close(self, args):
+        opts = self._opts(args, "p:m:ft:h")
+        pid, minor = self._int(opts, "p"), self._int(opts, "m")
+        vbd = self._tapdisk(pid).get(minor)
+        if vbd is None:
+            raise _Errno(errno.ENODEV)
+        if vbd["args"] is None:
+            raise _Errno(errno.EINVAL)
+        vbd["args"], vbd["readonly"] = None, False
+        return ""
+
+    def _detach(self, args):
+        opts = self._opts(args, "p:m:h")
+        pid, minor = self._int(opts, "p"), self._int(opts, "m")
+        vbds = self._tapdisk(pid)
+        vbd = vbds.get(minor)
+        if vbd is None:
+            raise _Errno(errno.ENODEV)
+        if vbd["args"] is not None:
+            raise _Errno(errno.EBUSY)
+        del vbds[minor]
+        if not vbds:
+            del self.tapdisks[pid]       # its last VBD: tapdisk exits
+        return ""
+
+    def _free(self, args):
+        opts = self._opts(args, "m:h")
+        minor = self._int(opts, "m")
+        if minor not in self.minors:
+            raise _Errno(errno.ENODEV)
+        if self.holder(minor) is not None:
+            raise _Errno(errno.EBUSY)
+        self.minors.remove(minor)
+        return ""
+
+    def _list(self, args):
+        opts = self._opts(args, "m:p:t:f:h")
+        rows = []   # (pid, minor, state, type, path), -1/None = unknown
+        if "p" in opts:
+            pids = [int(opts["p"])] if int(opts["p"]) in self.tapdisks \
+                else []
+        else:
+            pids = sorted(self.tapdisks)
+        for pid in pids:
+            vbds = self.tapdisks[pid]
+            if not vbds:
+                rows.append((pid, -1, -1, None, None))
+            for minor in sorted(vbds):
+                args_ = vbds[minor]["args"]
+                kind, path = (args_.split(":", 1) if args_ else (None, None))
+                rows.append((pid, minor, 0, kind, path))
+        if "p" not in opts:
+            held = set(m for vbds in self.tapdisks.values() for m in vbds)
+            rows += [(-1, m, -1, None, None)
+                     for m in sorted(self.minors - held)]
+        lines = []
+        for pid, minor, state, kind, path in rows:
+            if "m" in opts and int(opts["m"]) >= 0 and \
+                    minor != int(opts["m"]):
+                continue
+            if "t" in opts and kind and kind != opts["t"]:
+                continue
+            if "f" in opts and path and path != opts["f"]:
+                continue
+            fields = []
+            if pid != -1:
+                fields.append("pid=%d" % pid)
+            if minor != -1:
+                fields.append("minor=%d" % minor)
+            if state != -1:
+                fields.append("state=%s" % ("%#x" % state if state
+                                            else "0"))
+            if kind and path:
+                fields.append("args=%s:%s" % (kind, path))
+            lines.append(" ".join(fields) + "\n")
+        return "".join(lines)
+
+    def _kill(self, argv):
+        if len(argv) != 3 or argv[1] != "-TERM":
+            self.unknown.append(argv)
+            raise AssertionError("faketapctl: unsupported kill %r" % argv)
+        pid = int(argv[2])
+        if pid not in self.tapdisks:
+            return runner.Result(argv, 1, "",
+                                 "kill: (%d) - No such process\n" % pid)
+        del self.tapdisks[pid]
+        return runner.Result(argv, 0, "", "")
+
+
+class _Errno(Exception):
+    def __init__(self, err):
+        Exception.__init__(self, os.strerror(err))
+        self.err = err

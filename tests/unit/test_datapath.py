@@ -1,0 +1,1089 @@
+"""The datapath plugin (datapath/zfsng_datapath) on a fake host.
+
+One runner answers for the whole host: fakezfs for zfs/zpool/udevadm (with
+``zfs rollback`` added here), faketapctl for tap-ctl and kill, a udev that
+makes /dev/zvol links (under a temporary directory) for every zvol, and
+zvol_id. Every method goes through ``wire.call``, so arguments and results
+are checked against the v5 types. Calls are repeated to prove they are
+idempotent; tapdisks are killed, minors freed and processes crashed between
+commands to prove every call repairs what it finds.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(TOP, "datapath"))
+
+from zfsng import errors, meta, runner, wire  # noqa: E402
+
+from zfsng_datapath import datapath, device, state, tapctl  # noqa: E402
+from zfsng_datapath import main as dpmain  # noqa: E402
+from zfsng_datapath import uri as urimod  # noqa: E402
+from zfsng_datapath.errors import (DeviceNotReady,  # noqa: E402
+                                   NonpersistentResetBlocked, NotAttached,
+                                   TapdiskError, TapdiskUnavailable)
+
+import fakezfs  # noqa: E402
+import faketapctl  # noqa: E402
+from conftest import call, create_sr, create_volume  # noqa: E402
+
+GiB, MiB = fakezfs.GiB, fakezfs.MiB
+GUEST, DOM0 = "7", "u0-vdi_export_1"
+PROGRAMS = fakezfs.PROGRAMS + faketapctl.PROGRAMS + ("zvol_id",)
+
+
+# --- the fake host ----------------------------------------------------------
+
+class Zfs(fakezfs.FakeZfs):
+    """fakezfs plus ``zfs rollback`` (OpenZFS 2.1 zfs_do_rollback: without
+    -r, refused when newer snapshots exist, naming them)."""
+
+    def _zfs_rollback(self, argv):
+        opts, args = self._getopt(argv, 2, "rRf")
+        if len(args) != 1 or "@" not in args[0] or opts:
+            raise fakezfs._Unknown()
+        name = args[0]
+        pool, snap = self._lookup(name)
+        head = pool.datasets[name.split("@", 1)[0]]
+        newer = [d for d in self._snapshots(pool, head.name)
+                 if d.createtxg > snap.createtxg]
+        if newer:
+            raise fakezfs.CommandError(
+                "cannot rollback to '%s': more recent snapshots or bookmarks"
+                " exist\nuse '-r' to force deletion of the following "
+                "snapshots and bookmarks:\n%s"
+                % (name, "\n".join(d.name for d in newer)))
+        head.refer, head.from_origin = snap.refer, snap.refer
+        return ""
+
+
+class Host(object):
+    """The runner of a whole host: ZFS, udev's /dev/zvol, blktap."""
+
+    def __init__(self, root):
+        self.root = root
+        self.dev = os.path.join(root, "dev")
+        self.zvol_id = os.path.join(root, "zvol_id")
+        os.makedirs(os.path.join(self.dev, "zvol"))
+        with open(self.zvol_id, "w"):
+            pass
+        self.zfs = Zfs()
+        self.zfs.user_value_cap = None
+        for name in "bcde":
+            self.zfs.add_disk("/dev/sd" + name)
+        self.tap = faketapctl.FakeTapCtl()
+        self.calls = []
+        self.zd = {}              # zvol -> its /dev/zd<N>
+        self.next_zd = 0
+        self.udev = "sync"        # "sync", "lazy" (at settle) or "dead"
+        self.missing_tap_ctl = False
+
+    def __call__(self, argv, stdin_text=None):
+        self.calls.append(list(argv))
+        if argv[0] in faketapctl.PROGRAMS:
+            if self.missing_tap_ctl:
+                return runner.Result(argv, 127, "", "%s: [Errno 2] No such "
+                                     "file or directory" % argv[0])
+            return self.tap(argv, stdin_text)
+        if argv[0] == self.zvol_id:
+            return self._zvol_id(argv)
+        if argv[:3] == ["udevadm", "info", "--query=symlink"]:
+            return self._udev_info(argv)
+        result = self.zfs(argv, stdin_text)
+        if self.udev == "sync" or (self.udev == "lazy" and
+                                   argv[:2] == ["udevadm", "settle"]):
+            self.sync_devices()
+        return result
+
+    def _zvol_id(self, argv):
+        assert len(argv) == 2, argv
+        for name, dev in self.zd.items():
+            if dev == argv[1]:
+                return runner.Result(argv, 0, name + "\n", "")
+        return runner.Result(argv, 1, "", "Unable to open %s\n" % argv[1])
+
+    def _udev_info(self, argv):
+        """udev's record of a device's links (udevadm info -q symlink)."""
+        assert len(argv) == 4 and argv[3].startswith("--name="), argv
+        links = ["zvol/" + n for n, d in self.zd.items()
+                 if d == argv[3][len("--name="):]]
+        return runner.Result(argv, 0, " ".join(links) + "\n", "")
+
+    def zvols(self):
+        return set(name for pool in self.zfs.pools if pool.state == "ACTIVE"
+                   for name, ds in pool.datasets.items()
+                   if ds.kind == "volume")
+
+    def sync_devices(self):
+        """What udev does for zvols: a zd node and a /dev/zvol link each."""
+        zvols = self.zvols()
+        for name in sorted(set(self.zd) - zvols):
+            os.unlink(self.zd.pop(name))
+            os.unlink(self.link(name))
+        for name in sorted(zvols - set(self.zd)):
+            dev = os.path.join(self.dev, "zd%d" % self.next_zd)
+            self.next_zd += 16
+            with open(dev, "w"):
+                pass
+            self.zd[name] = dev
+            link = self.link(name)
+            if not os.path.isdir(os.path.dirname(link)):
+                os.makedirs(os.path.dirname(link))
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(dev, link)
+
+    def link(self, name):
+        return os.path.join(self.dev, "zvol", name)
+
+    def ran(self, *prefix):
+        prefix = list(prefix)
+        return [a for a in self.calls if a[:len(prefix)] == prefix]
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    h = Host(str(tmp_path / "host"))
+    monkeypatch.setattr(device, "DEV_DIR", h.dev)
+    monkeypatch.setattr(device, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
+    monkeypatch.setattr(device, "ZVOL_ID_PATHS", (h.zvol_id,))
+    monkeypatch.setattr(device, "TIMEOUT", 0.3)
+    monkeypatch.setattr(device, "POLL", 0.01)
+    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path / "dpstate"))
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-1\n")
+    monkeypatch.setattr(datapath, "BOOT_ID_PATH", str(boot))
+    h.boot_id = boot
+    old = runner.set_runner(h)
+    yield h
+    runner.set_runner(old)
+    assert not h.zfs.unknown and not h.tap.unknown
+    for argv in h.calls:
+        # argv lists, never a shell; nothing option-like after "--"
+        assert argv[0] in PROGRAMS or argv[0] == h.zvol_id, argv
+        if "--" in argv:
+            after = argv[argv.index("--") + 1:]
+            assert not [a for a in after if a.startswith("-")], argv
+
+
+def dp(method, **args):
+    """A datapath method, as xapi-storage-script reaches it (checked)."""
+    args.setdefault("dbg", "unit-test")
+    return wire.call(method, args, dpmain.handlers())
+
+
+@pytest.fixture
+def vdi(host):
+    """An SR with one 1 GiB VDI: (sr, volume)."""
+    sr, _ = create_sr({"device": "/dev/sdb"})
+    return sr, create_volume(sr, size=GiB, name="disk")
+
+
+def uri_of(vol):
+    return vol["uri"][0]
+
+
+def dataset_of(vol):
+    return uri_of(vol)[len("zfs-ng:///"):]
+
+
+def snapshot_of(sr, vol):
+    return call("Volume.snapshot", sr=sr, key=vol["key"])
+
+
+def nothing_left(host):
+    """No tapdisk, no minor, no datapath clone, no state file."""
+    assert host.tap.tapdisks == {}, host.tap.tapdisks
+    assert host.tap.minors == set(), host.tap.minors
+    assert [z for z in host.zvols() if z.endswith(datapath.CLONE_SUFFIX)] \
+        == []
+    assert state.all_states() == []
+
+
+def full_cycle(uri, domain, readonly=False, twice=False):
+    """attach, activate, deactivate, detach; each twice if asked."""
+    n = 2 if twice else 1
+    for _ in range(n):
+        result = dp("Datapath.attach", uri=uri, domain=domain)
+    for _ in range(n):
+        dp("Datapath.activate_readonly" if readonly else "Datapath.activate",
+           uri=uri, domain=domain)
+    for _ in range(n):
+        dp("Datapath.deactivate", uri=uri, domain=domain)
+    for _ in range(n):
+        dp("Datapath.detach", uri=uri, domain=domain)
+    return result
+
+
+# --- the plugin --------------------------------------------------------------
+
+def test_query_declares_the_datapath_and_nonpersistent():
+    q = dp("Plugin.Query")
+    assert q["plugin"] == "zfs-ng"
+    assert "NONPERSISTENT" in q["features"]
+    assert q["required_api_version"] == "5.0"
+
+
+def test_the_scheme_is_the_volume_plugins_and_no_xcp_ng_datapath():
+    assert urimod.SCHEME == meta.URI_SCHEME == "zfs-ng"
+    assert urimod.SCHEME not in ("tapdisk", "qdisk", "file", "raw",
+                                 "loop+blkback", "nbd")
+    links = sorted(os.listdir(os.path.join(TOP, "plugins/datapath/zfs-ng")))
+    assert links == sorted(["datapath.py", "Plugin.Query"] + [
+        m for m in wire.methods_of(wire.DATAPATH_INTERFACES)
+        if m.startswith("Datapath.")])
+
+
+@pytest.mark.parametrize("bad", [
+    "tapdisk:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+    "zfs-ng://tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+    "zfs-ng:///tank",
+    "zfs-ng:///tank/notauuid",
+    "zfs-ng:///tank/../3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+    "zfs-ng:///-o/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+    "zfs-ng:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61@zfsng-nonpersistent",
+    "zfs-ng:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61@a@b",
+    "zfs-ng:///tank/x y/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+])
+def test_bad_uris_are_refused_before_any_command(host, bad):
+    for method, extra in (("Datapath.attach", {"domain": GUEST}),
+                          ("Datapath.open", {"persistent": False}),
+                          ("Datapath.detach", {"domain": DOM0})):
+        with pytest.raises(errors.InvalidArgument):
+            dp(method, uri=bad, **extra)
+    assert host.calls == []
+
+
+@pytest.mark.parametrize("domain", ["", "7;rm", "../x", "u0-a/b", "x" * 200])
+def test_bad_domains_are_refused(host, domain):
+    with pytest.raises(errors.InvalidArgument):
+        dp("Datapath.attach",
+           uri="zfs-ng:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61",
+           domain=domain)
+    assert host.calls == []
+
+
+def test_uri_parsing():
+    t = urimod.parse("zfs-ng:///tank/zfsng-3f1d0c1e-7a52-4e3b-9c55-"
+                     "0a9e1d2b7c61/b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+                     "@3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61")
+    assert t.sr == "tank/zfsng-3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61"
+    assert t.head == t.sr + "/b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+    assert t.snapshot == "3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61"
+    assert urimod.is_dom0("u0-x") and not urimod.is_dom0("0")
+
+
+def test_state_file_names_are_unambiguous(tmp_path, monkeypatch):
+    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
+    assert state.path("a.b", "c") != state.path("a", "b.c")
+    assert "/" not in os.path.basename(state.path("p/q@r", "u0-x"))
+
+
+# --- dom0 --------------------------------------------------------------------
+
+def test_dom0_gets_the_zvol_itself_and_no_tapdisk(host, vdi):
+    sr, vol = vdi
+    result = dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+    assert result == {"implementations": [
+        ["BlockDevice", {"path": host.link(dataset_of(vol))}]]}
+    dp("Datapath.activate", uri=uri_of(vol), domain=DOM0)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=DOM0)
+    dp("Datapath.detach", uri=uri_of(vol), domain=DOM0)
+    assert host.ran("tap-ctl") == []
+    nothing_left(host)
+
+
+def test_dom0_every_call_twice(host, vdi):
+    sr, vol = vdi
+    result = full_cycle(uri_of(vol), DOM0, twice=True)
+    assert result["implementations"][0][1]["path"] == \
+        host.link(dataset_of(vol))
+    nothing_left(host)
+
+
+def test_the_device_is_checked_with_zvol_id(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+    assert host.ran(host.zvol_id) == [[host.zvol_id,
+                                       host.zd[dataset_of(vol)]]]
+
+
+# --- a guest: tapdisk --------------------------------------------------------
+
+def test_guest_attach_spawns_allocates_attaches(host, vdi):
+    sr, vol = vdi
+    result = dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert result == {"implementations": [
+        ["XenDisk", {"params": "/dev/xen/blktap-2/tapdev0", "extra": {},
+                     "backend_type": "vbd3"}],
+        ["BlockDevice", {"path": host.link(dataset_of(vol))}]]}
+    (pid,) = host.tap.tapdisks
+    assert [a[1] for a in host.ran("tap-ctl") if a[1] != "list"] == \
+        ["spawn", "allocate", "attach"]
+    assert host.ran("tap-ctl", "attach") == [
+        ["tap-ctl", "attach", "-p", str(pid), "-m", "0"]]
+    assert host.tap.vbds() == [(pid, 0, None, False)]
+
+
+def test_guest_activate_opens_the_zvol_raw_with_o_direct(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    (pid,) = host.tap.tapdisks
+    path = host.link(dataset_of(vol))
+    assert host.ran("tap-ctl", "open") == [
+        ["tap-ctl", "open", "-p", str(pid), "-m", "0", "-a", "aio:" + path]]
+    assert host.tap.vbds() == [(pid, 0, "aio:" + path, False)]
+
+
+def test_activate_readonly_opens_with_R(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate_readonly", uri=uri_of(vol), domain=GUEST)
+    assert host.ran("tap-ctl", "open")[0][-1] == "-R"
+    assert host.tap.vbds()[0][3] is True
+
+
+def test_guest_full_cycle_leaves_nothing(host, vdi):
+    sr, vol = vdi
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+    assert [a[1] for a in host.ran("tap-ctl") if a[1] != "list"] == \
+        ["spawn", "allocate", "attach", "open", "close", "detach", "free"]
+
+
+def test_guest_every_call_twice_in_a_row(host, vdi):
+    sr, vol = vdi
+    result = full_cycle(uri_of(vol), GUEST, twice=True)
+    assert result["implementations"][0][1]["params"] == \
+        "/dev/xen/blktap-2/tapdev0"
+    nothing_left(host)
+    # the repeats ran no second spawn, allocate, attach, open, close...
+    assert [a[1] for a in host.ran("tap-ctl") if a[1] != "list"] == \
+        ["spawn", "allocate", "attach", "open", "close", "detach", "free"]
+
+
+def test_two_guests_get_two_tapdisks(host, vdi):
+    sr, vol = vdi
+    a = dp("Datapath.attach", uri=uri_of(vol), domain="3")
+    b = dp("Datapath.attach", uri=uri_of(vol), domain="4")
+    assert a["implementations"][0][1]["params"] != \
+        b["implementations"][0][1]["params"]
+    assert len(host.tap.tapdisks) == 2
+    dp("Datapath.detach", uri=uri_of(vol), domain="3")
+    assert len(host.tap.tapdisks) == 1
+    dp("Datapath.detach", uri=uri_of(vol), domain="4")
+    nothing_left(host)
+
+
+def test_activate_before_attach_is_a_typed_error(host, vdi):
+    sr, vol = vdi
+    with pytest.raises(NotAttached):
+        dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert host.ran("tap-ctl") == []
+
+
+def test_deactivate_and_detach_of_nothing_are_no_ops(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    assert host.ran("tap-ctl") == []
+
+
+def test_detach_of_an_active_disk_closes_first(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_attach_of_a_missing_volume(host, vdi):
+    sr, vol = vdi
+    gone = uri_of(vol)[:-36] + "b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+    with pytest.raises(errors.Volume_does_not_exist):
+        dp("Datapath.attach", uri=gone, domain=GUEST)
+    nothing_left(host)
+
+
+def test_switching_read_only_to_read_write_reopens(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate_readonly", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.vbds()[0][3] is False
+    assert len(host.ran("tap-ctl", "close")) == 1
+
+
+# --- reality wins over the state file ----------------------------------------
+
+def test_tapdisk_died_after_activate(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    (pid,) = host.tap.tapdisks
+    host.tap.kill_tapdisk(pid)
+    # a repeated attach and activate bring a new tapdisk on the same minor
+    result = dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert result["implementations"][0][1]["params"] == \
+        "/dev/xen/blktap-2/tapdev0"
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    (new,) = host.tap.tapdisks
+    assert new != pid
+    assert host.tap.vbds() == [
+        (new, 0, "aio:" + host.link(dataset_of(vol)), False)]
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+
+
+def test_tapdisk_died_between_attach_and_activate(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    host.tap.kill_tapdisk(list(host.tap.tapdisks)[0])
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert len(host.tap.vbds()) == 1 and host.tap.vbds()[0][2]
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_deactivate_and_detach_after_the_tapdisk_died(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    host.tap.kill_tapdisk(list(host.tap.tapdisks)[0])
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)   # the orphan minor was freed
+
+
+def test_minor_freed_behind_our_back(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    pid = list(host.tap.tapdisks)[0]
+    host.tap.kill_tapdisk(pid)
+    host.tap.minors.clear()
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert len(host.tap.vbds()) == 1
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_after_a_host_reboot(host, vdi, tmp_path):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    host.tap.reboot()
+    for name in os.listdir(state.RUN_DIR):       # a tmpfs: empty again
+        os.unlink(os.path.join(state.RUN_DIR, name))
+    host.boot_id.write_text("boot-2\n")
+    full_cycle(uri_of(vol), GUEST, twice=True)
+    nothing_left(host)
+
+
+def test_stale_state_after_reboot_is_not_trusted(host, vdi):
+    """A state file that survived (not a tmpfs) names a pid and minor that
+    no longer exist: attach makes new ones."""
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    host.tap.reboot()
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert len(host.tap.vbds()) == 1
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+
+
+def test_a_foreign_tapdisk_with_our_old_pid_is_left_alone(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    st = state.load(dataset_of(vol), GUEST)
+    host.tap.kill_tapdisk(st["pid"])
+    host.tap.minors.discard(st["minor"])
+    # another user's tapdisk now has that pid and serves minor 5
+    host.tap.tapdisks[st["pid"]] = {5: {"args": "aio:/x", "readonly": False}}
+    host.tap.minors.add(5)
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.tapdisks[st["pid"]] == {5: {"args": "aio:/x",
+                                                "readonly": False}}
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.vbds() == [(st["pid"], 5, "aio:/x", False)]
+    assert host.tap.minors == {5}
+
+
+# --- failures leave nothing --------------------------------------------------
+
+def test_without_tap_ctl_a_guest_is_refused_and_dom0_works(host, vdi):
+    sr, vol = vdi
+    host.missing_tap_ctl = True
+    snap = snapshot_of(sr, vol)
+    for v in (vol, snap):
+        with pytest.raises(TapdiskUnavailable) as exc:
+            dp("Datapath.attach", uri=uri_of(v), domain=GUEST)
+        assert "blktap" in exc.value.message
+        nothing_left(host)
+    full_cycle(uri_of(snap), DOM0)
+    full_cycle(uri_of(vol), DOM0)
+    nothing_left(host)
+
+
+@pytest.mark.parametrize("step", ["spawn", "allocate", "attach"])
+def test_a_refused_first_attach_leaves_nothing(host, vdi, step):
+    sr, vol = vdi
+    host.tap.inject("tap-ctl " + step, errno.EBUSY)
+    with pytest.raises(TapdiskError) as exc:
+        dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert "EBUSY" in exc.value.message
+    nothing_left(host)
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+
+
+def test_a_refused_open_keeps_the_attach_for_a_retry(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    host.tap.inject("tap-ctl open", errno.EIO)
+    with pytest.raises(TapdiskError):
+        dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.vbds()[0][2] is not None
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+
+
+def test_detach_never_fails_and_a_later_detach_finishes(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    host.tap.inject("tap-ctl close", errno.EBUSY)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)   # no error
+    assert host.tap.vbds() != []
+    assert state.load(dataset_of(vol), GUEST)["detaching"] is True
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_detach_survives_a_failing_list(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    host.tap.inject("tap-ctl list", errno.EPROTO)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+# --- the device node ---------------------------------------------------------
+
+def test_waits_for_udev(host, vdi):
+    sr, vol = vdi
+    for name in list(host.zd):          # links not made yet
+        os.unlink(host.zd.pop(name))
+        os.unlink(host.link(name))
+    host.udev = "lazy"                  # they appear when udev settles
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert host.ran("udevadm", "settle")
+    assert os.path.exists(host.link(dataset_of(vol)))
+
+
+def test_no_device_is_a_typed_error_and_leaves_nothing(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    host.udev = "dead"
+    for name in list(host.zd):
+        os.unlink(host.zd.pop(name))
+        os.unlink(host.link(name))
+    for v in (vol, snap):
+        with pytest.raises(DeviceNotReady) as exc:
+            dp("Datapath.attach", uri=uri_of(v), domain=GUEST)
+        assert "udev" in exc.value.message
+        nothing_left(host)
+
+
+def test_a_link_to_another_zvol_is_refused(host, vdi):
+    sr, vol = vdi
+    other = create_volume(sr, size=GiB, name="other")
+    mine = host.link(dataset_of(vol))
+    os.unlink(mine)
+    os.symlink(host.zd[dataset_of(other)], mine)   # stale link
+    host.udev = "dead"
+    with pytest.raises(DeviceNotReady) as exc:
+        dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+    assert "belongs to %r" % dataset_of(other) in exc.value.message
+    nothing_left(host)
+
+
+def test_a_link_to_something_else_is_refused(host, vdi, tmp_path):
+    sr, vol = vdi
+    mine = host.link(dataset_of(vol))
+    os.unlink(mine)
+    os.symlink(str(tmp_path), mine)
+    host.udev = "dead"
+    with pytest.raises(DeviceNotReady) as exc:
+        dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+    assert "not a zvol device" in exc.value.message
+
+
+def test_udevadm_info_stands_in_for_a_missing_zvol_id(host, vdi,
+                                                      monkeypatch):
+    sr, vol = vdi
+    monkeypatch.setattr(device, "ZVOL_ID_PATHS", ("/nonexistent/zvol_id",))
+    dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+    assert host.ran("udevadm", "info") == [
+        ["udevadm", "info", "--query=symlink",
+         "--name=" + host.zd[dataset_of(vol)]]]
+    assert host.ran(host.zvol_id) == []
+
+
+# --- snapshot VDIs -----------------------------------------------------------
+
+def test_snapshot_vdi_attaches_through_a_read_only_clone(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    result = dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    clone = "%s/%s.ro" % (sr, snap["key"])
+    assert result == {"implementations": [
+        ["BlockDevice", {"path": host.link(clone)}]]}
+    props = host.zfs.local_props(clone)
+    assert props["readonly"] == "on"
+    assert props[datapath.CLONE_PROP] == "boot-1"
+    assert host.zfs.dataset(clone).origin == dataset_of(snap)
+    # the volume plugin does not see it
+    assert sorted(v["key"] for v in call("SR.ls", sr=sr)) == \
+        sorted([vol["key"], snap["key"]])
+    dp("Datapath.activate", uri=uri_of(snap), domain=DOM0)
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    assert not host.zfs.exists(clone)
+    nothing_left(host)
+
+
+def test_snapshot_vdi_for_a_guest_is_opened_read_only(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    dp("Datapath.attach", uri=uri_of(snap), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(snap), domain=GUEST)   # not _readonly
+    (vbd,) = host.tap.vbds()
+    assert vbd[2] == "aio:" + host.link("%s/%s.ro" % (sr, snap["key"]))
+    assert vbd[3] is True
+    full_cycle(uri_of(snap), GUEST, twice=True)
+    nothing_left(host)
+
+
+def test_one_clone_serves_every_domain(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    clone = "%s/%s.ro" % (sr, snap["key"])
+    dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    dp("Datapath.attach", uri=uri_of(snap), domain=GUEST)
+    assert len(host.ran("zfs", "clone")) == 1
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    assert host.zfs.exists(clone)
+    dp("Datapath.detach", uri=uri_of(snap), domain=GUEST)
+    assert not host.zfs.exists(clone)
+    nothing_left(host)
+
+
+def test_destroying_an_attached_snapshot_vdi_is_deferred(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    call("Volume.destroy", sr=sr, key=snap["key"])
+    assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
+    assert host.zfs.exists(dataset_of(snap))        # kept for the clone
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    assert not host.zfs.exists(dataset_of(snap))    # freed with it
+    nothing_left(host)
+
+
+def test_destroying_the_parent_of_an_attached_snapshot(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    call("Volume.destroy", sr=sr, key=vol["key"])
+    call("Volume.destroy", sr=sr, key=snap["key"])
+    assert call("SR.ls", sr=sr) == []
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    call("Volume.destroy", sr=sr, key=snap["key"])   # collects the parent
+    assert sorted(host.zvols()) == []
+    nothing_left(host)
+
+
+def test_a_clone_from_an_earlier_boot_is_swept(host, vdi):
+    sr, vol = vdi
+    s1, s2 = snapshot_of(sr, vol), snapshot_of(sr, vol)
+    dp("Datapath.attach", uri=uri_of(s1), domain=GUEST)
+    # the host crashed: no detach; tapdisks, state files and boot id go
+    host.tap.reboot()
+    for name in os.listdir(state.RUN_DIR):
+        os.unlink(os.path.join(state.RUN_DIR, name))
+    host.boot_id.write_text("boot-2\n")
+    assert host.zfs.exists("%s/%s.ro" % (sr, s1["key"]))
+    full_cycle(uri_of(s2), DOM0)
+    assert not host.zfs.exists("%s/%s.ro" % (sr, s1["key"]))
+    nothing_left(host)
+
+
+def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    clone = "%s/%s.ro" % (sr, snap["key"])
+    dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    for name in os.listdir(state.RUN_DIR):
+        os.unlink(os.path.join(state.RUN_DIR, name))
+    host.boot_id.write_text("boot-2\n")
+    dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    assert host.zfs.local_props(clone)[datapath.CLONE_PROP] == "boot-2"
+    assert len(host.ran("zfs", "clone")) == 1
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    nothing_left(host)
+
+
+def test_a_dataset_that_is_not_our_clone_is_never_touched(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    clone = "%s/%s.ro" % (sr, snap["key"])
+    host.zfs.admin("zfs create -V 1G %s" % clone)
+    with pytest.raises(errors.DatasetExists):
+        dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
+    assert host.zfs.exists(clone)
+    assert state.all_states() == []
+
+
+def test_snapshot_of_a_missing_snapshot(host, vdi):
+    sr, vol = vdi
+    gone = uri_of(vol) + "@b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+    with pytest.raises(errors.Volume_does_not_exist):
+        dp("Datapath.attach", uri=gone, domain=DOM0)
+    nothing_left(host)
+
+
+# --- NONPERSISTENT -----------------------------------------------------------
+
+def reset_point(vol):
+    return dataset_of(vol) + "@" + datapath.NONPERSISTENT_SNAPSHOT
+
+
+def refer(host, vol):
+    return host.zfs.dataset(dataset_of(vol)).refer
+
+
+def test_open_nonpersistent_then_close_resets(host, vdi):
+    sr, vol = vdi
+    host.zfs.write(dataset_of(vol), 10 * MiB)
+    before = refer(host, vol)
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    assert host.zfs.exists(reset_point(vol))
+    # not a VDI: SR.ls and Volume.stat are unchanged
+    assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
+    full_cycle(uri_of(vol), GUEST)
+    host.zfs.write(dataset_of(vol), 50 * MiB)      # the guest wrote
+    dp("Datapath.close", uri=uri_of(vol))
+    assert refer(host, vol) == before
+    assert not host.zfs.exists(reset_point(vol))
+    assert host.ran("zfs", "rollback") == [
+        ["zfs", "rollback", "--", reset_point(vol)]]
+
+
+def test_open_and_close_twice(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    assert len(host.ran("zfs", "snapshot")) == 1
+    dp("Datapath.close", uri=uri_of(vol))
+    dp("Datapath.close", uri=uri_of(vol))
+    assert not host.zfs.exists(reset_point(vol))
+    assert len(host.ran("zfs", "rollback")) == 2   # open again, then close
+
+
+def test_persistent_open_and_plain_close_change_nothing(host, vdi):
+    sr, vol = vdi
+    mark = len(host.zfs.calls)
+    for _ in range(2):
+        dp("Datapath.open", uri=uri_of(vol), persistent=True)
+        dp("Datapath.close", uri=uri_of(vol))
+    assert host.zfs.mutations(mark) == []
+
+
+def test_a_reset_left_pending_is_done_by_the_next_open(host, vdi):
+    sr, vol = vdi
+    before = refer(host, vol)
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    host.zfs.write(dataset_of(vol), 20 * MiB)
+    # the host crashed while the VM ran: no close. Next start, reset again:
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    assert refer(host, vol) == before
+    assert host.zfs.exists(reset_point(vol))
+    host.zfs.write(dataset_of(vol), 20 * MiB)
+    # ... or the disk was made persistent meanwhile: reset and drop
+    dp("Datapath.open", uri=uri_of(vol), persistent=True)
+    assert refer(host, vol) == before
+    assert not host.zfs.exists(reset_point(vol))
+
+
+def test_a_newer_snapshot_blocks_the_reset_and_is_kept(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    snap = snapshot_of(sr, vol)
+    with pytest.raises(NonpersistentResetBlocked) as exc:
+        dp("Datapath.close", uri=uri_of(vol))
+    assert dataset_of(snap) in exc.value.message
+    assert host.zfs.exists(dataset_of(snap))
+    assert host.zfs.exists(reset_point(vol))        # still pending
+    call("Volume.destroy", sr=sr, key=snap["key"])
+    dp("Datapath.close", uri=uri_of(vol))
+    assert not host.zfs.exists(reset_point(vol))
+
+
+def test_open_of_a_snapshot_vdi_is_a_no_op(host, vdi):
+    sr, vol = vdi
+    snap = snapshot_of(sr, vol)
+    mark = len(host.zfs.calls)
+    dp("Datapath.open", uri=uri_of(snap), persistent=False)
+    dp("Datapath.close", uri=uri_of(snap))
+    assert host.zfs.calls[mark:] == []
+
+
+def test_open_of_a_missing_volume(host, vdi):
+    sr, vol = vdi
+    gone = uri_of(vol)[:-36] + "b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
+    with pytest.raises(errors.Volume_does_not_exist):
+        dp("Datapath.open", uri=gone, persistent=False)
+
+
+# --- crash points ------------------------------------------------------------
+
+class Killed(BaseException):
+    pass
+
+
+class CrashAfter(object):
+    """Kill the calling "process" right after its n-th command."""
+
+    def __init__(self, host, n):
+        self.host, self.n, self.count, self.dead = host, n, 0, False
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:
+            raise Killed(argv)
+        result = self.host(argv, stdin_text)
+        self.count += 1
+        if self.count == self.n:
+            self.dead = True
+            raise Killed(argv)
+        return result
+
+
+@contextlib.contextmanager
+def installed(r):
+    old = runner.set_runner(r)
+    try:
+        yield r
+    finally:
+        runner.set_runner(old)
+
+
+def _count(host, method, args):
+    with installed(CrashAfter(host, 0)) as counter:
+        dp(method, **args)
+    return counter.count
+
+
+SEQUENCES = {
+    "attach": [("Datapath.attach", True)],
+    "activate": [("Datapath.attach", False), ("Datapath.activate", True)],
+    "deactivate": [("Datapath.attach", False), ("Datapath.activate", False),
+                   ("Datapath.deactivate", True)],
+    "detach": [("Datapath.attach", False), ("Datapath.activate", False),
+               ("Datapath.detach", True)],
+}
+
+
+def _setup(root, monkeypatch, name, snapshot):
+    """A fresh host where the sequence ran up to the call under test."""
+    h = _fresh_host(root, monkeypatch)
+    sr, _ = create_sr({"device": "/dev/sdb"})
+    vol = create_volume(sr, size=GiB)
+    target = snapshot_of(sr, vol) if snapshot else vol
+    args = {"uri": uri_of(target), "domain": GUEST}
+    for method, under_test in SEQUENCES[name]:
+        if under_test:
+            return h, method, args
+        dp(method, **args)
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+@pytest.mark.parametrize("name", sorted(SEQUENCES))
+def test_every_crash_point_is_repaired(tmp_path, monkeypatch, name,
+                                       snapshot):
+    """Crash the call under test right after each of its commands; the
+    same call again, then the rest of the cycle, must leave nothing behind,
+    but for the two windows blktap gives no way to close: killed right
+    after `tap-ctl spawn` or `tap-ctl allocate` answered, before the answer
+    was saved, that tapdisk or minor is lost (nothing tells whose it is)."""
+    h, method, args = _setup(tmp_path / "count", monkeypatch, name, snapshot)
+    total = _count(h, method, args)
+    assert total > 0
+    for n in range(1, total + 1):
+        h, method, args = _setup(tmp_path / str(n), monkeypatch, name,
+                                 snapshot)
+        with installed(CrashAfter(h, n)):
+            with pytest.raises(Killed):
+                dp(method, **args)
+        killed_after = h.calls[-1]
+        dp(method, **args)                      # the retry repairs
+        full_cycle(args["uri"], GUEST)
+        if killed_after[:2] == ["tap-ctl", "spawn"]:
+            assert h.tap.minors == set()
+            assert [v for v in h.tap.tapdisks.values()] in ([], [{}])
+            h.tap.reboot()
+        elif killed_after[:2] == ["tap-ctl", "allocate"]:
+            assert h.tap.tapdisks == {} and len(h.tap.minors) <= 1
+            h.tap.reboot()
+        nothing_left(h)
+
+
+def _fresh_host(root, monkeypatch):
+    os.makedirs(str(root))
+    h = Host(str(root / "host"))
+    monkeypatch.setattr(device, "DEV_DIR", h.dev)
+    monkeypatch.setattr(device, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
+    monkeypatch.setattr(device, "ZVOL_ID_PATHS", (h.zvol_id,))
+    monkeypatch.setattr(device, "TIMEOUT", 0.3)
+    monkeypatch.setattr(device, "POLL", 0.01)
+    monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
+    boot = root / "boot_id"
+    boot.write_text("boot-1\n")
+    monkeypatch.setattr(datapath, "BOOT_ID_PATH", str(boot))
+    h.boot_id = boot
+    runner.set_runner(h)
+    return h
+
+
+# --- faketapctl behaves as tap-ctl ------------------------------------------
+
+@pytest.fixture
+def tap(tmp_path):
+    image = tmp_path / "image"
+    image.write_text("")
+    t = faketapctl.FakeTapCtl()
+    t.image = str(image)
+    return t
+
+
+def run(t, line):
+    return t(line.split())
+
+
+def test_fake_spawn_allocate_attach_open_list(tap):
+    pid = int(run(tap, "tap-ctl spawn").out)
+    assert run(tap, "tap-ctl list").out == "pid=%d\n" % pid
+    assert run(tap, "tap-ctl allocate").out == "/dev/xen/blktap-2/tapdev0\n"
+    assert run(tap, "tap-ctl list").out == "pid=%d\nminor=0\n" % pid
+    assert run(tap, "tap-ctl attach -p %d -m 0" % pid).rc == 0
+    assert run(tap, "tap-ctl list").out == "pid=%d minor=0 state=0\n" % pid
+    assert run(tap, "tap-ctl open -p %d -m 0 -a aio:%s -R"
+               % (pid, tap.image)).rc == 0
+    assert run(tap, "tap-ctl list").out == \
+        "pid=%d minor=0 state=0 args=aio:%s\n" % (pid, tap.image)
+    rows = tapctl.parse_list(run(tap, "tap-ctl list").out)
+    assert (rows[0].pid, rows[0].minor, rows[0].type, rows[0].path) == \
+        (pid, 0, "aio", tap.image)
+
+
+@pytest.mark.parametrize("line,err", [
+    ("tap-ctl attach -p {pid}", errno.EINVAL),          # usage
+    ("tap-ctl attach -m 0", errno.EINVAL),
+    ("tap-ctl attach -p {pid} -m 3", errno.ENOENT),     # minor not allocated
+    ("tap-ctl attach -p 1 -m 0", errno.ENOENT),         # no such tapdisk
+    ("tap-ctl open -p {pid} -m 0 -a aio:{image}", errno.EINVAL),  # detached
+    ("tap-ctl close -p {pid} -m 0", errno.ENODEV),
+    ("tap-ctl detach -p {pid} -m 0", errno.ENODEV),
+    ("tap-ctl free -m 7", errno.ENODEV),
+    ("tap-ctl free", errno.EINVAL),
+])
+def test_fake_refuses_calls_out_of_order(tap, line, err):
+    pid = int(run(tap, "tap-ctl spawn").out)
+    run(tap, "tap-ctl allocate")
+    result = run(tap, line.format(pid=pid, image=tap.image))
+    assert result.rc == err
+    assert result.err == os.strerror(err) + "\n"
+
+
+def test_fake_state_machine_refusals_once_attached(tap):
+    pid = int(run(tap, "tap-ctl spawn").out)
+    run(tap, "tap-ctl allocate")
+    run(tap, "tap-ctl attach -p %d -m 0" % pid)
+    assert run(tap, "tap-ctl attach -p %d -m 0" % pid).rc == errno.EEXIST
+    other = int(run(tap, "tap-ctl spawn").out)
+    assert run(tap, "tap-ctl attach -p %d -m 0" % other).rc == errno.EBUSY
+    assert run(tap, "tap-ctl free -m 0").rc == errno.EBUSY
+    assert run(tap, "tap-ctl close -p %d -m 0" % pid).rc == errno.EINVAL
+    assert run(tap, "tap-ctl open -p %d -m 0 -a aio:/nonexistent"
+               % pid).rc == errno.ENOENT
+    assert run(tap, "tap-ctl open -p %d -m 0 -a aio:%s"
+               % (pid, tap.image)).rc == 0
+    assert run(tap, "tap-ctl open -p %d -m 0 -a aio:%s"
+               % (pid, tap.image)).rc == errno.EALREADY
+    assert run(tap, "tap-ctl detach -p %d -m 0" % pid).rc == errno.EBUSY
+    assert run(tap, "tap-ctl close -p %d -m 0 -t 120" % pid).rc == 0
+    assert run(tap, "tap-ctl detach -p %d -m 0" % pid).rc == 0
+    assert pid not in tap.tapdisks           # its last VBD: it exited
+    assert run(tap, "tap-ctl list").out == "pid=%d\nminor=0\n" % other
+    assert run(tap, "tap-ctl free -m 0").rc == 0
+    assert run(tap, "kill -TERM %d" % other).rc == 0
+    assert run(tap, "tap-ctl list").out == ""
+
+
+def test_fake_dead_tapdisk_leaves_an_orphan_minor(tap):
+    pid = int(run(tap, "tap-ctl spawn").out)
+    run(tap, "tap-ctl allocate")
+    run(tap, "tap-ctl attach -p %d -m 0" % pid)
+    tap.kill_tapdisk(pid)
+    assert run(tap, "tap-ctl list").out == "minor=0\n"
+    assert run(tap, "tap-ctl close -p %d -m 0" % pid).rc == errno.ENOENT
+    assert run(tap, "tap-ctl free -m 0").rc == 0
+
+
+def test_list_parsing_of_every_line_form():
+    rows = tapctl.parse_list(
+        "pid=12 minor=0 state=0 args=aio:/dev/zvol/a/b\n"
+        "pid=13 minor=1 state=0x20 args=vhd:/run/sr mount/x.vhd\n"
+        "pid=14\nminor=3\npid=15 minor=4 state=0\n")
+    assert [(r.pid, r.minor, r.state, r.type, r.path) for r in rows] == [
+        (12, 0, 0, "aio", "/dev/zvol/a/b"),
+        (13, 1, 0x20, "vhd", "/run/sr mount/x.vhd"),
+        (14, None, None, None, None), (None, 3, None, None, None),
+        (15, 4, 0, None, None)]
+    view = tapctl.View(rows)
+    assert view.tapdisk_idle(14) and not view.tapdisk_idle(12)
+    assert view.minor_orphan(3) and not view.minor_orphan(0)
+    assert view.vbd(15, 4) and not view.vbd(15, 0)
+
+
+def test_allocate_output_forms(monkeypatch):
+    for out, minor in (("/dev/xen/blktap-2/tapdev12\n", 12),
+                       ("/dev/xen/blktap-2/blktap3\n", 3),
+                       ("/run/blktap-control/tapdisk/tapdisk-5\n", 5)):
+        monkeypatch.setattr(runner, "_runner", lambda argv, s=None, o=out:
+                            runner.Result(argv, 0, o, ""))
+        assert tapctl.allocate() == (minor, out.strip())
+    monkeypatch.setattr(runner, "_runner", lambda argv, s=None:
+                        runner.Result(argv, 0, "oops\n", ""))
+    with pytest.raises(TapdiskError):
+        tapctl.allocate()
+
+
+def test_state_files_are_json(host, vdi):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    with open(state.path(dataset_of(vol), GUEST)) as f:
+        st = json.load(f)
+    assert st["uri"] == uri_of(vol) and st["domain"] == GUEST
+    assert st["attached"] is True and st["minor"] == 0
