@@ -73,11 +73,19 @@ def wipe(disks):
 
 
 def disk_state(disks):
-    """What a rejected call must not change: signatures and first MiB."""
+    """What a rejected call must not change: signatures and first MiB.
+
+    A disk of an imported pool is compared by its pool membership instead:
+    ZFS rewrites the uberblocks in its labels (first 512 KiB) every txg.
+    """
     state = {}
     for disk in disks:
-        with open(disk, "rb") as f:
-            head = hashlib.sha256(f.read(1 << 20)).hexdigest()
+        pools = pools_on([disk])
+        if pools:
+            head = "pool %s" % ",".join(sorted(pools))
+        else:
+            with open(disk, "rb") as f:
+                head = hashlib.sha256(f.read(1 << 20)).hexdigest()
         sigs = sh("blkid", "-p", "-o", "export", disk, check=False)
         state[disk] = (head, sigs)
     state["pools"] = sh("zpool", "list", "-H", "-o", "name,guid")
@@ -103,4 +111,4 @@ def new_uuid():
     return lambda: str(uuid.uuid4())
 
 
-__all__ = ["PluginError", "sh", "disk_state", "pools_on", "leaves"]
+__all__ = ["PluginError", "sh", "disk_state", "pools_on", "leaves", "all_disks", "wipe"]

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from conftest import PluginError, disk_state, leaves, pools_on, sh
+from conftest import (PluginError, all_disks, disk_state, leaves, pools_on,
+                      sh, wipe)
 
 GiB = 1 << 30
 
@@ -265,25 +266,35 @@ def test_diagnostics_report(plugin, disks, new_uuid):
     ({"device": "{d4}"}, "DeviceInUse"),          # mounted
     ({"device": "{d2}"}, "DeviceHasData"),        # old ext4, no force
 ])
-def test_bad_config_changes_nothing(plugin, disks, new_uuid, config, error):
+def test_bad_config_changes_nothing(plugin, dirty_disks, new_uuid, config,
+                                    error):
+    names = dict(("d%d" % i, d) for i, d in enumerate(dirty_disks))
+    config = dict((k, v.format(**names)) for k, v in config.items())
+    before = disk_state(dirty_disks)
+    with pytest.raises(PluginError) as err:
+        plugin("SR.create", uuid=new_uuid(), configuration=config,
+               name="bad", description="")
+    assert err.value.code == "SR_BACKEND_FAILURE"
+    assert err.value.name == error, err.value.params
+    assert len(err.value.params[1]) > 10  # a sentence, not a code
+    assert disk_state(dirty_disks) == before
+
+
+@pytest.fixture(scope="module")
+def dirty_disks():
+    """Disks an admin might wrongly name: d5 in pool 'busy', d4 mounted
+    (read-only, so the kernel writes nothing to it), d2 an old ext4."""
+    disks = all_disks()
+    wipe(disks)
     sh("zpool", "create", "-o", "cachefile=none", "busy", disks[5])
-    sh("mkfs.ext4", "-q", "-F", disks[4])
+    for disk in (disks[4], disks[2]):
+        sh("mkfs.ext4", "-q", "-F", "-E",
+           "lazy_itable_init=0,lazy_journal_init=0", disk)
     sh("mkdir", "-p", "/mnt/d4")
-    sh("mount", disks[4], "/mnt/d4")
-    sh("mkfs.ext4", "-q", "-F", disks[2])
-    try:
-        names = dict(("d%d" % i, d) for i, d in enumerate(disks))
-        config = dict((k, v.format(**names)) for k, v in config.items())
-        before = disk_state(disks)
-        with pytest.raises(PluginError) as err:
-            plugin("SR.create", uuid=new_uuid(), configuration=config,
-                   name="bad", description="")
-        assert err.value.code == "SR_BACKEND_FAILURE"
-        assert err.value.name == error, err.value.params
-        assert len(err.value.params[1]) > 10  # a sentence, not a code
-        assert disk_state(disks) == before
-    finally:
-        sh("umount", "/mnt/d4", check=False)
+    sh("mount", "-o", "ro", disks[4], "/mnt/d4")
+    yield disks
+    sh("umount", "/mnt/d4", check=False)
+    wipe(disks)
 
 
 def test_force_reuses_old_filesystem(plugin, disks, new_uuid):

@@ -208,47 +208,63 @@ def _consistent(plugin, sr, expected):
     return listed
 
 
-@pytest.mark.parametrize("op", ["snapshot", "clone-live", "clone-snap",
-                                "destroy-parent", "destroy-last", "resize"])
+CRASH_OPS = {  # op -> (method, target, objects it needs)
+    "snapshot": ("Volume.snapshot", "base", ("base",)),
+    "clone-live": ("Volume.clone", "base", ("base",)),
+    "clone-snap": ("Volume.clone", "snap", ("base", "snap")),
+    "resize": ("Volume.resize", "base", ("base",)),
+    "destroy-parent": ("Volume.destroy", "base", ("base", "snap", "clone")),
+    "destroy-last": ("Volume.destroy", "clone", ("base", "snap", "clone")),
+}
+
+
+def _crash_setup(plugin, sr, op):
+    """The VDIs op works on; for destroy-last the parent and the snapshot
+    are destroyed first, so the clone is the last thing keeping them."""
+    made = {}
+    needs = CRASH_OPS[op][2]
+    made["base"] = xapi.vdi_create(plugin, sr, "crash", 8 * MiB)["key"]
+    plugin("Volume.set", sr=sr, key=made["base"], k="keep", v="me")
+    if "snap" in needs:
+        made["snap"] = plugin("Volume.snapshot", sr=sr,
+                              key=made["base"])["key"]
+    if "clone" in needs:
+        made["clone"] = plugin("Volume.clone", sr=sr, key=made["snap"])["key"]
+    if op == "destroy-last":
+        plugin("Volume.destroy", sr=sr, key=made.pop("base"))
+        plugin("Volume.destroy", sr=sr, key=made.pop("snap"))
+    return made
+
+
+@pytest.mark.parametrize("op", sorted(CRASH_OPS))
 def test_crash_at_every_command_is_repaired(plugin, sr, op):
-    crashes = 0
-    for n in range(1, 12):
-        base = xapi.vdi_create(plugin, sr, "crash", 8 * MiB)
-        plugin("Volume.set", sr=sr, key=base["key"], k="keep", v="me")
-        snap = plugin("Volume.snapshot", sr=sr, key=base["key"])
-        clone = plugin("Volume.clone", sr=sr, key=snap["key"])
-        target = {"snapshot": ("Volume.snapshot", base["key"]),
-                  "clone-live": ("Volume.clone", base["key"]),
-                  "clone-snap": ("Volume.clone", snap["key"]),
-                  "destroy-parent": ("Volume.destroy", base["key"]),
-                  "destroy-last": ("Volume.destroy", clone["key"]),
-                  "resize": ("Volume.resize", base["key"])}[op]
-        args = {"dbg": "crash", "sr": sr, "key": target[1]}
+    """Kill the call after its n-th command, for every n; the next calls
+    (xapi attaching the SR again, the next destroy) leave a consistent SR:
+    every other VDI there with its keys, no internal snapshot or hidden
+    parent left, and nothing at all once everything is destroyed."""
+    method, target, _ = CRASH_OPS[op]
+    expected, crashes = {}, 0
+    for n in range(1, 16):
+        made = _crash_setup(plugin, sr, op)
+        args = {"dbg": "crash", "sr": sr, "key": made[target]}
         if op == "resize":
             args["new_size"] = 16 * MiB
-        if op == "destroy-last":  # the parent is hidden, the clone is last
-            plugin("Volume.destroy", sr=sr, key=base["key"])
-            plugin("Volume.destroy", sr=sr, key=snap["key"])
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
-        rc, out, _ = crashing.raw(target[0], args)
+        rc, out, _ = crashing.raw(method, args)
+        for name, key in made.items():
+            if name != target or not op.startswith("destroy"):
+                expected[key] = {"keep": "me"} if name == "base" else {}
         if rc == 0:
             break  # the call needs fewer than n commands: all points done
         assert rc == 137, (n, rc, out)
         crashes += 1
-        # the next calls: xapi retries, or attaches the SR again
         plugin("SR.attach", configuration=attach_config(sr))
-        expected = {}
-        if op not in ("destroy-parent", "destroy-last"):
-            expected[base["key"]] = {"keep": "me"}
-        if op != "destroy-last":
-            expected[snap["key"]] = {}
-            expected[clone["key"]] = {}
         _consistent(plugin, sr, expected)
-        for v in plugin("SR.ls", sr=sr):
-            plugin("Volume.destroy", sr=sr, key=v["key"])
-        assert zfs_names(sr) == [sr], (op, n)
-    assert crashes >= 1
+    assert crashes >= 2
+    for key in [v["key"] for v in plugin("SR.ls", sr=sr)]:
+        plugin("Volume.destroy", sr=sr, key=key)
+    assert zfs_names(sr) == [sr]
 
 
 def attach_config(sr):

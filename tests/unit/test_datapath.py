@@ -570,11 +570,25 @@ def test_detach_never_fails_and_a_later_detach_finishes(host, vdi):
     nothing_left(host)
 
 
-def test_detach_survives_a_failing_list(host, vdi):
+def test_transient_list_and_spawn_failures_are_retried(host, vdi,
+                                                       monkeypatch):
+    monkeypatch.setattr(tapctl, "RETRY_DELAY", 0)
+    sr, vol = vdi
+    host.tap.inject("tap-ctl list", errno.EPROTO, times=2)
+    host.tap.inject("tap-ctl spawn", 1, times=1)
+    full_cycle(uri_of(vol), GUEST)
+    nothing_left(host)
+    assert len(host.ran("tap-ctl", "spawn")) == 2
+
+
+def test_detach_survives_a_failing_list(host, vdi, monkeypatch):
+    monkeypatch.setattr(tapctl, "RETRY_DELAY", 0)
     sr, vol = vdi
     dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
-    host.tap.inject("tap-ctl list", errno.EPROTO)
-    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    host.tap.inject("tap-ctl list", errno.EPROTO, times=-1)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)   # no error
+    assert state.load(dataset_of(vol), GUEST)["detaching"] is True
+    host.tap.injected = []
     dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
     nothing_left(host)
 
