@@ -50,21 +50,24 @@ reasons:
   except for file SRs, where it trades it for read caching).
 tapdisk itself could not be measured here: the test guest has no Xen. What
 was measured is the choice tapdisk's open makes, on the zvol it gets: fio
-with libaio on /dev/zvol/<vol> (volblocksize 16K, lz4, OpenZFS 2.1.11, QEMU
-TCG guest, so absolute numbers are low; 12 s per job, end_fsync=1):
+on /dev/zvol/<vol> (volblocksize 16K, lz4, QEMU TCG guest, so absolute
+numbers are low), OpenZFS 2.1.11 / 2.3.2, each job ``fio --direct=1|0
+--ioengine=libaio --iodepth=16 (4M) or 32 (4k) --runtime=12 --time_based
+--end_fsync=1`` after a 400M fill:
 
-    job                    O_DIRECT        buffered
-    4M sequential write    16.2 MiB/s      8.8 MiB/s
-    4M sequential read     193 MiB/s       97.6 MiB/s
-    4k random read, qd32   3026 IOPS       380 IOPS
-    4k random write, qd32  961 IOPS        2248 IOPS (acknowledged from
-                                           dom0's page cache, not by ZFS)
+    job                    O_DIRECT              buffered
+    4M sequential write    16.2 / 20.3 MiB/s     8.8 / 7.6 MiB/s
+    4M sequential read     193 / 197 MiB/s       97.6 / 99.0 MiB/s
+    4k random read, qd32   3026 / 2147 IOPS      380 / 567 IOPS
+    4k random write, qd32  961 / 664 IOPS        2248 / 2760 IOPS, but
+                                                 acknowledged from dom0's
+                                                 page cache, not by ZFS
 
-Buffered I/O halves sequential throughput (a copy through the page cache)
-and cuts random reads by 8x (readahead of neighbouring pages the guest did
-not ask for, for data the ARC already holds); its only "gain" is random
-writes completed before they reach ZFS, which is exactly the durability
-tapdisk must not fake. Hence O_DIRECT.
+Buffered I/O halves sequential throughput (one more copy, through the page
+cache) and cuts random reads by 4-8x (most likely readahead of pages the
+guest did not ask for, of data the ARC already holds); its only "gain" is
+random writes completed before they reach ZFS, which is exactly the
+durability tapdisk must not fake. Hence O_DIRECT.
 """
 
 import errno
