@@ -41,14 +41,25 @@ def main():
     step(plugin, "SR.stat", sr=sr)
     vdi = step(plugin, "Volume.create", sr=sr, name="demo disk",
                description="10 GiB, thin", size=10 << 30, sharable=False)
+    step(plugin, "Volume.set", sr=sr, key=vdi["key"], k="vdi-type", v="user")
+    snap = step(plugin, "Volume.snapshot", sr=sr, key=vdi["key"])
+    from_snap = step(plugin, "Volume.clone", sr=sr, key=snap["key"])
+    from_live = step(plugin, "Volume.clone", sr=sr, key=vdi["key"])
+    step(plugin, "Volume.resize", sr=sr, key=from_live["key"],
+         new_size=12 << 30)
     show("zfs", "list", "-t", "all", "-o",
-         "name,volsize,used,volblocksize,compression,volmode")
+         "name,volsize,used,origin,volblocksize,compression,volmode")
+    print("\n# the original VDI still has a snapshot and clones: destroying"
+          " it hides it until they are gone")
+    step(plugin, "Volume.destroy", sr=sr, key=vdi["key"])
     step(plugin, "SR.ls", sr=sr)
     step(plugin, "SR.detach", sr=sr)
     step(plugin, "SR.probe", configuration={"device": ",".join(DISKS)})
     sr = step(plugin, "SR.attach", configuration=config)
-    step(plugin, "Volume.stat", sr=sr, key=vdi["key"])
-    step(plugin, "Volume.destroy", sr=sr, key=vdi["key"])
+    step(plugin, "Volume.stat", sr=sr, key=from_snap["key"])
+    for key in (snap["key"], from_snap["key"], from_live["key"]):
+        step(plugin, "Volume.destroy", sr=sr, key=key)
+    show("zfs", "list", "-t", "all", "-o", "name")
     step(plugin, "SR.destroy", sr=sr)
     show("zpool", "list")
     print("\nzfs-ng demo: OK")

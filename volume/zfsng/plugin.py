@@ -5,7 +5,8 @@ from zfsng import VERSION, devconfig, errors, meta, sr as srmod, zfs
 # Declared honestly: only what works end to end. xapi-storage-script adds
 # the SR_*/VDI_* features of every method executable on its own.
 FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
-            "VDI_UPDATE", "THIN_PROVISIONING", "LARGE_VDI"]
+            "VDI_UPDATE", "VDI_SNAPSHOT", "VDI_CLONE", "VDI_RESIZE",
+            "THIN_PROVISIONING", "LARGE_VDI"]
 
 
 def query(dbg):

@@ -16,8 +16,9 @@ Cloning a live volume takes an internal snapshot ``@zfsng-clone-<uuid>``,
 destroyed deferred right after the clone, so it goes with the clone.
 ``collect`` frees hidden zvols once nothing depends on them, and repairs
 what a crash between two commands left (an internal snapshot without its
-clone or without its deferred mark); every call that changes the SR's
-structure runs it, so no manual step and no leak.
+clone or without its deferred mark). SR.attach runs it, and so does
+Volume.destroy whenever the SR holds anything hidden or half-done: no manual
+step, and no leak past the next destroy or attach.
 """
 
 import uuid as uuidlib
