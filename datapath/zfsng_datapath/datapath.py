@@ -55,7 +55,7 @@ from zfsng_datapath import device, state, tapctl, uri as urimod
 from zfsng_datapath.errors import NonpersistentResetBlocked, NotAttached, \
     TapdiskError, TapdiskUnavailable
 
-NONPERSISTENT_SNAPSHOT = "zfsng-nonpersistent"
+NONPERSISTENT_SNAPSHOT = meta.NONPERSISTENT_SNAPSHOT
 CLONE_SUFFIX = ".ro"
 CLONE_PROP = meta.prop("datapath-clone")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"

@@ -813,6 +813,15 @@ def test_admin_snapshots_are_never_destroyed_nor_listed(fake, sr):
     assert fake.exists(admin)
 
 
+def test_a_pending_reset_point_does_not_keep_a_destroyed_vdi(fake, sr):
+    """The datapath's @zfsng-nonpersistent snapshot is zfs-ng's own: a VDI
+    destroyed while a reset-on-boot is pending is freed, not hidden."""
+    vdi = vdi_create(sr)
+    fake.admin("zfs snapshot %s@zfsng-nonpersistent" % zvol(sr, vdi["key"]))
+    call("Volume.destroy", sr=sr, key=vdi["key"])
+    assert datasets(fake) == [sr]
+
+
 # --- resize ------------------------------------------------------------------
 
 def test_resize_grows_rounded_to_the_volblocksize(fake, sr):

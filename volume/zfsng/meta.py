@@ -57,6 +57,9 @@ VDI_SHARABLE = prop("sharable")
 HIDDEN = "destroyed"
 # Snapshots zfs-ng takes to clone a live volume: <vol>@<prefix><clone uuid>.
 INTERNAL_SNAPSHOT = "zfsng-clone-"
+# The datapath's reset point for a non-persistent disk: <vol>@<this>. It is
+# zfs-ng's own, so it never keeps a destroyed VDI alive.
+NONPERSISTENT_SNAPSHOT = "zfsng-nonpersistent"
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",

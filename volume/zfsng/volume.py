@@ -145,8 +145,10 @@ def find(sr, key):
 
 def _is_foreign(row):
     """A snapshot zfs-ng did not take (an admin's): never touched."""
+    name = meta.object_uuid(row["name"])
     return _is_snapshot(row) and not _is_internal(row) and \
-        row.get(meta.VDI_UUID) != meta.object_uuid(row["name"])
+        name != meta.NONPERSISTENT_SNAPSHOT and \
+        row.get(meta.VDI_UUID) != name
 
 
 def _has_dependents(volume, rows):
