@@ -120,6 +120,14 @@ def get_one(name, columns, types="all"):
     return rows[0]
 
 
+def exists(name):
+    try:
+        get_one(name, ["name"])
+        return True
+    except errors.DatasetNotFound:
+        return False
+
+
 def find_local(prop, pool=None, types="filesystem"):
     """[(dataset, value)] for datasets where prop is set locally, in one
     pool or (pool None) in every imported pool.
