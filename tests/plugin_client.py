@@ -15,6 +15,16 @@ VOLUME_PLUGIN = "usr/libexec/xapi-storage-script/volume/org.xen.xapi.storage.zfs
 SITELIB = "usr/lib/python3.6/site-packages"
 
 
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def install(dest):
+    """``make install DESTDIR=dest`` of this checkout; returns dest."""
+    subprocess.check_call(["make", "-s", "-C", TOP, "install",
+                           "DESTDIR=" + dest])
+    return dest
+
+
 class PluginError(Exception):
     """A call that failed the way xapi would see it: code and params."""
 

@@ -14,19 +14,15 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from plugin_client import (Plugin, PluginError, VOLUME_PLUGIN,  # noqa: E402
-                           check_error_object)
+                           check_error_object, install)
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    dest = str(tmp_path_factory.mktemp("root"))
-    subprocess.check_call(["make", "-s", "-C", TOP, "install",
-                           "DESTDIR=" + dest])
-    return dest
+    return install(str(tmp_path_factory.mktemp("root")))
 
 
 @pytest.fixture(scope="module")

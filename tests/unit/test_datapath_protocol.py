@@ -7,16 +7,14 @@ that fail before any command runs (an empty PATH: nothing may run).
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from plugin_client import Plugin, PluginError  # noqa: E402
+from plugin_client import Plugin, PluginError, install  # noqa: E402
 
 DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
 URI = ("zfs-ng:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61")
@@ -24,10 +22,7 @@ URI = ("zfs-ng:///tank/3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61")
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    dest = str(tmp_path_factory.mktemp("root"))
-    subprocess.check_call(["make", "-s", "-C", TOP, "install",
-                           "DESTDIR=" + dest])
-    return dest
+    return install(str(tmp_path_factory.mktemp("root")))
 
 
 @pytest.fixture(scope="module")
