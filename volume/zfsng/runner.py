@@ -8,10 +8,16 @@ run with ``LC_ALL=C`` so their output parses the same on every host.
 Crash-point testing: with ``ZFSNG_CRASH_AFTER=N`` in the environment the
 process dies (as if killed) right after its N-th command returns, so tests
 can check that the next call repairs whatever state that left.
+
+Tracing: with ``ZFSNG_TRACE=<file>`` every command appends one JSON line
+(argv, rc, seconds) to that file, so the benchmarks (and an admin chasing a
+slow call) can tell the plugin's own time from the time its commands took.
 """
 
+import json
 import os
 import subprocess
+import time
 
 from zfsng import log
 
@@ -34,11 +40,13 @@ class SubprocessRunner(object):
     def __init__(self):
         self.count = 0
         self.crash_after = int(os.environ.get("ZFSNG_CRASH_AFTER", "0") or 0)
+        self.trace = os.environ.get("ZFSNG_TRACE")
 
     def __call__(self, argv, stdin_text=None):
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         env.pop("LANG", None)
+        start = time.time()
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=env, close_fds=True)
@@ -47,11 +55,23 @@ class SubprocessRunner(object):
         result = Result(argv, proc.returncode,
                         out.decode("utf-8", "replace"),
                         err.decode("utf-8", "replace"))
+        if self.trace:
+            _trace(self.trace, result, time.time() - start)
         self.count += 1
         if self.crash_after and self.count >= self.crash_after:
             log.warning("crash point %d reached after %s", self.count, argv)
             os._exit(137)
         return result
+
+
+def _trace(path, result, seconds):
+    """Append one command's record to the trace file; never fails a call."""
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps({"argv": result.argv, "rc": result.rc,
+                                "s": round(seconds, 6)}) + "\n")
+    except (IOError, OSError) as exc:
+        log.warning("cannot write trace %s: %s", path, exc)
 
 
 _runner = SubprocessRunner()
