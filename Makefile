@@ -22,8 +22,8 @@ VPY           := $(VENV)/bin/python
 GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
 
-.PHONY: all install deps check test-unit test-protocol lint-py36 bench-ls \
-        test-guest test-guest-2.1 test-guest-2.3 demo clean version
+.PHONY: all install deps check test-unit test-protocol lint-py36 bench \
+        test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version
 
 all:
 	@echo "zfs-ng $(VERSION): see 'make check', 'make demo', 'make install'"
@@ -107,7 +107,7 @@ test-protocol: $(VPY)
 
 lint-py36: $(VPY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
-	    tests/integration tests/demo.py tests/bench_ls.py tests/plugin_client.py
+	    tests/integration tests/demo.py tests/bench tests/plugin_client.py
 
 test-guest-2.1:
 	bash $(GUEST) --zfs 2.1 -- make guest-tests
@@ -119,27 +119,42 @@ test-guest: test-guest-$(ZFS)
 
 # Runs inside the guest (tests/guest/run.sh): the integration tests against
 # the installed executables on real OpenZFS.
-guest-tests:
-	rm -rf /tmp/zfsng-root
-	$(MAKE) -s install DESTDIR=/tmp/zfsng-root
+guest-tests: guest-install
 	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
 	    python3 -m pytest -p no:cacheprovider -v --durations=15 tests/integration
+
+# Inside the guest: a fresh install under /tmp/zfsng-root, byte-compiled as
+# the RPM's %posttrans does on a host (without it every call would compile
+# every module again: the guest runs with PYTHONDONTWRITEBYTECODE).
+guest-install:
+	rm -rf /tmp/zfsng-root
+	$(MAKE) -s install DESTDIR=/tmp/zfsng-root
+	python3 -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
 check: test-unit test-protocol lint-py36 test-rpm test-guest-2.1 test-guest-2.3
 
 # --- the newcomer's demo ----------------------------------------------------------
 demo:
-	bash $(GUEST) --zfs $(ZFS) -- sh -c 'rm -rf /tmp/zfsng-root && \
-	    make -s install DESTDIR=/tmp/zfsng-root && \
+	bash $(GUEST) --zfs $(ZFS) -- sh -c 'make -s guest-install && \
 	    ZFSNG_ROOT=/tmp/zfsng-root python3 tests/demo.py'
 
-# Benchmark (not a test): SR.ls over BENCH_VDIS VDIs with 3 snapshots each
-# against a bare `zfs list -t all` of the same pool, in the guest.
-BENCH_VDIS ?= 1000
-bench-ls:
-	bash $(GUEST) --zfs $(ZFS) --disks 1 --disk-size 4G --timeout 5400 -- \
-	    sh -c 'rm -rf /tmp/zfsng-root && make -s install DESTDIR=/tmp/zfsng-root && \
-	    BENCH_VDIS=$(BENCH_VDIS) ZFSNG_ROOT=/tmp/zfsng-root python3 tests/bench_ls.py'
+# --- benchmarks (not tests): tests/bench, report in BENCH_OUT -----------------
+# make bench [ZFS=2.1] [BENCH_OUT=dir] [BENCH_ARGS="--sections control --quick"]
+BENCH_OUT  ?= build/bench
+BENCH_ARGS ?=
+BENCH_DISK := /dev/disk/by-id/virtio-zfsng-d1
+
+$(VENV)/.bench-tools: tests/requirements-bench.txt $(VPY)
+	$(VPY) -m pip install -q -r tests/requirements-bench.txt
+	touch $@
+
+bench: $(VENV)/.bench-tools
+	rm -rf $(BENCH_OUT)
+	bash $(GUEST) --zfs $(ZFS) --disks 1 --disk-size 16G --timeout 2700 \
+	    --results $(BENCH_OUT) -- sh -c 'make -s guest-install && \
+	    python3 tests/bench/main.py --root /tmp/zfsng-root \
+	    --device $(BENCH_DISK) --out /results $(BENCH_ARGS)'
+	$(VPY) tests/bench/report.py $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,92 @@
+"""zfs-ng benchmark suite, run inside the ZFS guest by ``make bench``.
+
+    python3 tests/bench/main.py --root DESTDIR --device DISK --out DIR
+        [--sections datapath,volblocksize,control] [--runs N] [--quick]
+
+Creates one SR on DISK through the installed plugin, runs each section on
+that same pool, and writes DIR/results.json: every figure with its repeats
+and the conditions it was taken under. The host turns that into the report
+(tests/bench/report.py). A benchmark is not a test: it asserts nothing about
+speed, it prints figures; it does fail if a step it measures fails.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+SECTIONS = ["datapath", "volblocksize", "control"]
+
+
+def conditions(args):
+    """What the figures depend on, recorded beside them."""
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "zfs_version": common.run(["zfs", "version"]).split()[0],
+        "zfs_kmod": common.run(["zfs", "version"]).split()[1],
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "mem_mib": mem_kib // 1024,
+        "runs": args.runs,
+        "quick": args.quick,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "virtualisation": "QEMU TCG (software emulation): absolute figures "
+                          "mean nothing, only same-run ratios count",
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sections = [s for s in args.sections.split(",") if s]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error("unknown sections: %s" % ", ".join(sorted(unknown)))
+    os.makedirs(args.out, exist_ok=True)
+    ctx = common.Context(args.root, args.device, args.runs, args.quick)
+    result = {"conditions": conditions(args)}
+    failed = []
+    for name in sections:
+        common.log("section %s: start", name)
+        start = time.time()
+        try:
+            result[name] = importlib.import_module("bench_" + name).run(ctx)
+            result[name]["wall_s"] = time.time() - start
+        except Exception:   # keep the other sections' figures
+            traceback.print_exc()
+            failed.append(name)
+        common.log("section %s: %s in %.0fs", name,
+                   "FAILED" if name in failed else "done",
+                   time.time() - start)
+        _write(args.out, result)
+    if failed:
+        common.log("failed sections: %s", ", ".join(failed))
+        sys.exit(1)
+
+
+def _write(out, result):
+    path = os.path.join(out, "results.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.rename(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    main()
