@@ -6,6 +6,7 @@ are deliberately narrower than what ZFS accepts: nothing that starts with
 ``-``, no white space, no shell metacharacters, no ``..``.
 """
 
+import os
 import re
 
 from zfsng.errors import InvalidArgument, InvalidConfiguration
@@ -25,6 +26,20 @@ COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 # Device paths: absolute, under /dev, made of the characters udev uses in
 # by-id/by-path names.
 DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+\Z")
+
+
+def new_uuid():
+    """A random (version 4) UUID as lowercase text.
+
+    Not ``uuid.uuid4()``: on Python 3.6, XCP-ng 8.3's dom0 interpreter,
+    importing ``uuid`` loads ctypes and runs ``ldconfig -p`` to look for
+    libuuid, in every plugin process, whether or not it makes a UUID.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
+    h = bytes(raw).hex()
+    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
 
 
 def is_uuid(text):

@@ -21,8 +21,6 @@ Volume.destroy whenever the SR holds anything hidden or half-done: no manual
 step, and no leak past the next destroy or attach.
 """
 
-import uuid as uuidlib
-
 from zfsng import errors, lock, log, meta, names, sr as srmod, zfs
 
 COLLECT_ROUNDS = 64  # bound on cascades (a chain of hidden parents)
@@ -218,7 +216,7 @@ def create(dbg, sr, name, description, size, sharable):
     with lock.sr_lock(sr):
         row = srmod.sr_row(sr)
         block = int(row[meta.SR_VOLBLOCKSIZE])
-        key = str(uuidlib.uuid4())
+        key = names.new_uuid()
         dataset = meta.vdi_dataset(sr, key)
         props = _vdi_props(key, name, description, sharable)
         props["volblocksize"] = str(block)
@@ -242,7 +240,7 @@ def snapshot(dbg, sr, key):
             raise errors.InvalidArgument(
                 "VDI %s is a snapshot; snapshot its parent, or clone it "
                 "first" % key)
-        new = str(uuidlib.uuid4())
+        new = names.new_uuid()
         name = "%s@%s" % (row["name"], new)
         log.info("snapshot %s", name)
         zfs.snapshot(name, _vdi_props(
@@ -257,7 +255,7 @@ def clone(dbg, sr, key):
         row = srmod.sr_row(sr)
         thick = row[meta.SR_PROVISIONING] == "thick"
         source = find(sr, key)
-        new = str(uuidlib.uuid4())
+        new = names.new_uuid()
         dataset = meta.vdi_dataset(sr, new)
         props = _vdi_props(new, meta.decode_text(source[meta.VDI_NAME]),
                            meta.decode_text(source[meta.VDI_DESCRIPTION]),

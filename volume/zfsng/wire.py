@@ -16,7 +16,6 @@ that breaks its unmarshalling (for instance ``"uuid": null``).
 import json
 import os
 import sys
-import traceback
 
 from zfsng import errors, log
 
@@ -300,6 +299,7 @@ def main(argv, interfaces, handlers):
         _write(error_object(exc))
         return 1
     except Exception as exc:  # a bug: never a traceback on stdout
+        import traceback   # only here: a bug is rare, start-up is not
         tb_text = traceback.format_exc()
         log.error("%s crashed: %s", method, tb_text)
         _write(error_object(errors.InternalError(
