@@ -51,9 +51,12 @@ def main():
     parser.add_argument("--device", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--sections", default=",".join(SECTIONS))
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=None,
+                        help="repeats per figure (default 3, 1 with --quick)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
     sections = [s for s in args.sections.split(",") if s]
     unknown = set(sections) - set(SECTIONS)
     if unknown:

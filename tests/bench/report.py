@@ -49,17 +49,31 @@ def _dp_rows(results):
         rows.append([r["workload"], "yes" if r["snapshot"] else "no",
                      r["backend"], spread(r["iops"]),
                      spread(r["mib_s"], "%.1f"),
-                     "%.2fx" % r["ratio_to_zvol"]])
+                     "%.2fx" % r["ratio_to_zvol"],
+                     "%.2fx" % r["ratio_to_zvol_nbd"]
+                     if "ratio_to_zvol_nbd" in r else "",
+                     _per_byte(r, "disk_read_per_byte"),
+                     _per_byte(r, "disk_written_per_byte")])
     return rows
+
+
+def _per_byte(r, key):
+    return "%.1f" % med(r[key]) if key in r else ""
 
 
 def datapath(d, out):
     md = ["## Datapath: zvol against the files SMAPIv1 would use\n",
           "fio on the block device each stack gives a guest, same pool, same "
           "compression. Ratio = that backend's median / the zvol's median in "
-          "the same snapshot state (above 1 is faster than the zvol).\n"]
+          "the same snapshot state (above 1 is faster than the zvol). "
+          "*vs zvol-nbd*: the VHD against a zvol behind the same qemu-nbd, "
+          "the cost of the format alone. *disk read/written per byte*: "
+          "bytes the pool's disk moved per byte fio moved (amplification, "
+          "which TCG does not distort).\n"]
     md.append(table(["workload", "snapshot", "backend", "IOPS median (min-max)",
-                     "MiB/s median (min-max)", "ratio to zvol"],
+                     "MiB/s median (min-max)", "ratio to zvol",
+                     "vs zvol-nbd", "disk read per byte",
+                     "disk written per byte"],
                     _dp_rows(d["results"])))
     md += _config_and_notes(d)
     path = _plot_datapath(d["results"], out)
@@ -100,13 +114,18 @@ def volblocksize(d, out):
     rows = []
     for r in sorted(d["results"], key=lambda r: r["volblocksize"]):
         rows.append(["%dK" % (r["volblocksize"] // 1024),
-                     "%.3f" % (r["space_used_bytes"] / GiB),
-                     "%.3f" % (r["logical_bytes"] / GiB),
+                     "%.1f" % (r["space_used_bytes"] / MiB),
+                     "%.1f" % (r["logical_bytes"] / MiB),
+                     r.get("compressratio", ""),
                      spread(r["convert_s"], "%.1f"),
-                     spread(r["randread_iops"]), spread(r["randwrite_iops"])])
-    md.append(table(["volblocksize", "used GiB", "logical GiB",
-                     "convert s", "4k randread IOPS", "4k randwrite IOPS"],
-                    rows))
+                     spread(r["randread_iops"]),
+                     _per_byte(r, "randread_disk_read_per_byte"),
+                     spread(r["randwrite_iops"]),
+                     _per_byte(r, "randwrite_disk_written_per_byte")])
+    md.append(table(["volblocksize", "used MiB", "logical MiB",
+                     "compressratio", "import s", "4k randread IOPS",
+                     "disk read per byte", "4k randwrite IOPS",
+                     "disk written per byte"], rows))
     md += _config_and_notes(d)
     path = _plot_volblocksize(d["results"], out)
     md.append("\n![volblocksize sweep](%s)\n" % os.path.basename(path))
@@ -117,8 +136,8 @@ def _plot_volblocksize(results, out):
     results = sorted(results, key=lambda r: r["volblocksize"])
     labels = ["%dK" % (r["volblocksize"] // 1024) for r in results]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    a.bar(labels, [r["space_used_bytes"] / GiB for r in results])
-    a.set_ylabel("GiB used after the copy")
+    a.bar(labels, [r["space_used_bytes"] / MiB for r in results])
+    a.set_ylabel("MiB used after the copy")
     a.set_title("space")
     x = range(len(labels))
     b.plot(x, [med(r["randread_iops"]) for r in results], "o-",

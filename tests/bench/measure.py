@@ -1,0 +1,105 @@
+"""Measuring I/O: one fio run, and the pool, disk and ARC counters around it.
+
+Shared by the datapath and volblocksize sections. A run starts on a synced
+pool and, for writes, includes the ``zpool sync`` after it, so the figure
+counts getting the data to disk, not ZFS absorbing it in memory. The disk
+counters give read/write amplification, which does not depend on how slow
+the emulated CPU is.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+import common
+
+MIB = 1024 * 1024
+
+FIO_FLAGS = ["--ioengine=libaio", "--direct=1", "--refill_buffers",
+             "--norandommap", "--randrepeat=0", "--fallocate=none",
+             "--output-format=json"]
+
+
+def fio(path, size, rw, bs, iodepth, runtime_s=None):
+    """One fio job; returns its read or write stats from the JSON report.
+
+    runtime_s None means one full pass over size bytes (a fill)."""
+    argv = ["fio", "--name=bench", "--filename=" + path,
+            "--size=%d" % size, "--rw=" + rw, "--bs=" + bs,
+            "--iodepth=%d" % iodepth] + FIO_FLAGS
+    if runtime_s is not None:
+        argv += ["--time_based", "--runtime=%d" % runtime_s]
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        common.run(argv + ["--output=" + out.name])
+        with open(out.name) as f:
+            text = f.read()
+    job = json.loads(text[text.index("{"):])["jobs"][0]
+    if job.get("error"):
+        raise RuntimeError("fio %s on %s: error %s" % (rw, path, job["error"]))
+    return job["read" if "read" in rw else "write"]
+
+
+def pool_sync(pool):
+    """zpool sync, timed: the cost of getting dirty data onto the disks."""
+    start = time.perf_counter()
+    common.run(["zpool", "sync", pool])
+    return time.perf_counter() - start
+
+
+def pool_leaves(pool):
+    """The pool's leaf devices, as zpool names them (full paths)."""
+    out = common.run(["zpool", "list", "-vHP", pool])
+    return [field for line in out.splitlines()
+            for field in line.split("\t") if field.startswith("/dev/")]
+
+
+def pool_disks(pool):
+    """The /sys/class/block stat files of the pool's leaf devices."""
+    return ["/sys/class/block/%s/stat" % os.path.basename(os.path.realpath(p))
+            for p in pool_leaves(pool)]
+
+
+def disk_bytes(stat_files):
+    """(bytes read, bytes written) so far by these block devices."""
+    read = written = 0
+    for path in stat_files:
+        with open(path) as f:
+            fields = f.read().split()
+        read += int(fields[2]) * 512       # sectors are always 512 here
+        written += int(fields[6]) * 512
+    return read, written
+
+
+def arcstats():
+    """The ARC's kstats (name: value), as /proc shows them now."""
+    with open("/proc/spl/kstat/zfs/arcstats") as f:
+        rows = [line.split() for line in f]
+    return dict((r[0], int(r[2])) for r in rows
+                if len(r) == 3 and r[2].isdigit())
+
+
+def arc_data_counts():
+    """ARC demand-data (hits, misses) so far."""
+    stats = arcstats()
+    return stats["demand_data_hits"], stats["demand_data_misses"]
+
+
+def io_run(path, size, workload, runtime_s, pool, disks):
+    """One timed fio run on a synced pool; writes include the flush.
+
+    Returns iops, mib_s, flush_s, disk amplification, ARC counts, ios."""
+    name, rw, bs, iodepth = workload
+    pool_sync(pool)
+    arc0, disk0 = arc_data_counts(), disk_bytes(disks)
+    stats = fio(path, size, rw, bs, iodepth, runtime_s)
+    flush = pool_sync(pool) if "write" in rw else 0.0
+    arc1, disk1 = arc_data_counts(), disk_bytes(disks)
+    seconds = stats["runtime"] / 1000.0 + flush
+    moved = float(max(stats["io_bytes"], 1))
+    return {"iops": stats["total_ios"] / seconds,
+            "mib_s": stats["io_bytes"] / float(MIB) / seconds,
+            "flush_s": flush, "ios": stats["total_ios"],
+            "disk_read_per_byte": (disk1[0] - disk0[0]) / moved,
+            "disk_written_per_byte": (disk1[1] - disk0[1]) / moved,
+            "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1]}
