@@ -149,7 +149,7 @@ $(VENV)/.bench-tools: tests/requirements-bench.txt $(VPY)
 	touch $@
 
 bench: $(VENV)/.bench-tools
-	rm -rf $(BENCH_OUT)
+	rm -f $(BENCH_OUT)/results.json $(BENCH_OUT)/report.md $(BENCH_OUT)/*.png
 	bash $(GUEST) --zfs $(ZFS) --disks 1 --disk-size 16G --timeout 2700 \
 	    --results $(BENCH_OUT) -- sh -c 'make -s guest-install && \
 	    python3 tests/bench/main.py --root /tmp/zfsng-root \
