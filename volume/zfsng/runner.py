@@ -46,7 +46,7 @@ class SubprocessRunner(object):
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         env.pop("LANG", None)
-        start = time.time()
+        start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=env, close_fds=True)
@@ -56,7 +56,7 @@ class SubprocessRunner(object):
                         out.decode("utf-8", "replace"),
                         err.decode("utf-8", "replace"))
         if self.trace:
-            _trace(self.trace, result, time.time() - start)
+            _trace(self.trace, result, time.monotonic() - start)
         self.count += 1
         if self.crash_after and self.count >= self.crash_after:
             log.warning("crash point %d reached after %s", self.count, argv)
