@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import common
@@ -45,13 +44,12 @@ class Traced(object):
         self.count += 1
         path = os.path.join(self.dir, "%d.jsonl" % self.count)
         self.plugin.env["ZFSNG_TRACE"] = path
-        args.setdefault("dbg", "bench")
         start = time.perf_counter()
-        rc, out, err = self.plugin.raw(method, args)
+        try:
+            out = raw_call(self.plugin, method, **args)
+        finally:
+            del self.plugin.env["ZFSNG_TRACE"]
         wall = time.perf_counter() - start
-        del self.plugin.env["ZFSNG_TRACE"]
-        if rc != 0:
-            raise RuntimeError("%s failed: %s %s" % (method, out, err))
         commands = _read_trace(path)
         return json.loads(out), {"wall": wall, "commands": len(commands),
                                  "commands_s": sum(c["s"] for c in commands)}
@@ -159,12 +157,12 @@ def _props(key):
 
 
 def _make_vdi(sr, volblocksize):
-    key = str(uuid.uuid4())
+    key = common.new_uuid()
     vol = "%s/%s" % (sr, key)
     common.run(["zfs", "create", "-s", "-V", "16M", "-o",
                 "volblocksize=%d" % volblocksize] + _props(key) + [vol])
     for _ in range(3):
-        snap = str(uuid.uuid4())
+        snap = common.new_uuid()
         common.run(["zfs", "snapshot"] + _props(snap) +
                    ["%s@%s" % (vol, snap)])
 
@@ -195,17 +193,22 @@ def sr_ls(ctx):
             raise RuntimeError("SR.ls listed %d, want %d" % (listed, 4 * level))
         bare = common.timed(lambda: common.run(
             ["zfs", "list", "-t", "all", "-r", "-H", "-p", sr]), ctx.runs)
-        ls = common.timed(lambda: _raw_ok(ctx.plugin, "SR.ls", sr), ctx.runs)
+        ls = common.timed(lambda: raw_call(ctx.plugin, "SR.ls", sr=sr),
+                          ctx.runs)
         out.append({"vdis": level, "objects": listed, "bare_zfs_list_s": bare,
                     "sr_ls_s": ls,
                     "ratio": ls["median"] / bare["median"]})
     return out
 
 
-def _raw_ok(plugin, method, sr):
-    rc, out, err = plugin.raw(method, {"dbg": "bench", "sr": sr})
+def raw_call(plugin, method, **args):
+    """The executable's run alone, as xapi-storage-script sees it (not
+    this client's JSON checks); its stdout, or raise if it failed."""
+    args.setdefault("dbg", "bench")
+    rc, out, err = plugin.raw(method, args)
     if rc != 0:
         raise RuntimeError("%s failed: %s %s" % (method, out, err))
+    return out
 
 
 def run(ctx):

@@ -69,8 +69,8 @@ import os
 import time
 
 import common
-from measure import (FIO_FLAGS, MIB, arcstats, fio, io_run, pool_disks,
-                     pool_sync)
+from measure import (FIO_FLAGS, MIB, arcstats, fill, io_run, pool_disks,
+                     zfs_props)
 
 # name, fio rw, block size, iodepth
 WORKLOADS = [
@@ -229,12 +229,11 @@ def _quiet_plugin(ctx, method, key):
 
 # --- the section ----------------------------------------------------------------
 
-def fill(backends, size, pool):
+def fill_all(backends, size, pool):
     """Write every byte of every device once: reads of holes mean nothing."""
     for b in backends.all:
         start = time.time()
-        fio(b["path"], size, "write", "4M", 4)
-        pool_sync(pool)
+        fill(b["path"], size, pool)
         common.log("datapath: filled %s (%d MiB) in %.0fs", b["name"],
                    size // MIB, time.time() - start)
 
@@ -305,21 +304,11 @@ def config(ctx, plan_, backends):
         "qemu_nbd": "--cache=none --aio=native (" + common.run(
             ["qemu-nbd", "--version"]).splitlines()[0] + ")",
         "vhd": "qemu-img create -f vpc -o subformat=dynamic,force_size=on",
-        "zvol": _props(_dataset(zvol["volume"]),
-                       ["volblocksize", "compression"]),
-        "files_dataset": _props(backends.files, files_props),
+        "zvol": zfs_props(common.volume_dataset(zvol["volume"]),
+                          ["volblocksize", "compression"]),
+        "files_dataset": zfs_props(backends.files, files_props),
         "arc_c_max_mib": arcstats()["c_max"] // MIB,
     }
-
-
-def _dataset(volume):
-    return volume["uri"][0].split("://", 1)[1].lstrip("/")
-
-
-def _props(dataset, names):
-    out = common.run(["zfs", "get", "-Hpo", "property,value",
-                      ",".join(names), dataset])
-    return dict(line.split("\t") for line in out.splitlines())
 
 
 def notes(results, cfg):
@@ -361,7 +350,7 @@ def run(ctx):
     try:
         backends.setup()
         cfg = config(ctx, plan_, backends)
-        fill(backends, plan_["size_bytes"], ctx.pool)
+        fill_all(backends, plan_["size_bytes"], ctx.pool)
         results = []
         for snapshot in (False, True):
             raw = run_state(backends, snapshot, plan_, ctx.pool, disks)

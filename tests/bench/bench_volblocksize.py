@@ -53,7 +53,8 @@ import random
 import time
 
 import common
-from measure import MIB, fio, io_run, pool_disks, pool_leaves, pool_sync
+from measure import (MIB, fill, io_run, pool_disks, pool_leaves, pool_sync,
+                     zfs_props)
 
 SIZES = ["4K", "16K", "64K", "128K"]
 SEED = 20240517
@@ -126,9 +127,8 @@ def _content(rng, corpus, n):
 
 def space(dataset):
     """The zvol's space figures, as zfs reports them after a sync."""
-    out = common.run(["zfs", "get", "-Hpo", "property,value",
-                      "used,logicalused,referenced,compressratio", dataset])
-    props = dict(line.split("\t") for line in out.splitlines())
+    props = zfs_props(dataset, ["used", "logicalused", "referenced",
+                                "compressratio"])
     return {"space_used_bytes": int(props["used"]),
             "logical_bytes": int(props["logicalused"]),
             "referenced_bytes": int(props["referenced"]),
@@ -149,7 +149,7 @@ class Target(object):
         self.vol = self.ctx.new_volume(self.size, name="vbs-" + self.vbs,
                                        sr=self.sr)
         self.dev = self.ctx.zvol_device(self.vol)
-        self.dataset = self.vol["uri"][0].split("://", 1)[1].lstrip("/")
+        self.dataset = common.volume_dataset(self.vol)
         common.run(["zfs", "set", "primarycache=metadata", self.dataset])
         self.bytes = int(common.run(["zfs", "get", "-Hpo", "value",
                                      "volblocksize", self.dataset]))
@@ -182,8 +182,7 @@ class Target(object):
 
     def fill(self):
         """Write every block once, so random reads never hit holes."""
-        fio(self.dev, self.size, "write", "4M", 4)
-        pool_sync(self.ctx.pool)
+        fill(self.dev, self.size, self.ctx.pool)
 
     def random_io(self, name, runtime_s, disks):
         """One 4k random run (randread or randwrite), iodepth 128."""

@@ -85,7 +85,7 @@ class Context(object):
         """SR.create + SR.attach adopting the bench pool; options are more
         device-config keys (e.g. volblocksize="4K"). Returns the SR."""
         configuration = dict(options, zpool=self.pool)
-        config = self.plugin("SR.create", uuid=_uuid(), name=name,
+        config = self.plugin("SR.create", uuid=new_uuid(), name=name,
                              description="zfs-ng benchmark",
                              configuration=configuration)
         return self.plugin("SR.attach", configuration=config)
@@ -97,8 +97,7 @@ class Context(object):
 
     def zvol_device(self, volume):
         """The block device of a volume (what tapdisk would open)."""
-        dataset = volume["uri"][0].split("://", 1)[1].lstrip("/")
-        path = "/dev/zvol/" + dataset
+        path = "/dev/zvol/" + volume_dataset(volume)
         deadline = time.time() + 30
         while not os.path.exists(path) and time.time() < deadline:
             run(["udevadm", "settle"])
@@ -106,6 +105,14 @@ class Context(object):
         return path
 
 
-def _uuid():
-    import uuid
-    return str(uuid.uuid4())
+def new_uuid():
+    """A fresh uuid, made by the installed plugin's own code."""
+    from zfsng import names   # the installed copy: on sys.path via Plugin
+    return names.new_uuid()
+
+
+def volume_dataset(volume):
+    """The dataset of a volume, read from its URI by the datapath's own
+    parser (the installed copy), as the datapath reads it."""
+    from zfsng_datapath import uri
+    return uri.parse(volume["uri"][0]).dataset

@@ -103,3 +103,16 @@ def io_run(path, size, workload, runtime_s, pool, disks):
             "disk_read_per_byte": (disk1[0] - disk0[0]) / moved,
             "disk_written_per_byte": (disk1[1] - disk0[1]) / moved,
             "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1]}
+
+
+def fill(path, size, pool):
+    """Write every byte once, synced: reads of holes mean nothing."""
+    fio(path, size, "write", "4M", 4)
+    pool_sync(pool)
+
+
+def zfs_props(dataset, names):
+    """{property: value} of one dataset, parsable (-p) values."""
+    out = common.run(["zfs", "get", "-Hpo", "property,value",
+                      ",".join(names), dataset])
+    return dict(line.split("\t") for line in out.splitlines())
