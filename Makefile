@@ -12,6 +12,9 @@ PREFIX        ?= /usr
 LIBEXEC       ?= $(PREFIX)/libexec/xapi-storage-script
 # XCP-ng 8.3's dom0 Python is 3.6; the package goes to its site-packages.
 PYTHON_SITELIB ?= $(PREFIX)/lib/python3.6/site-packages
+# The interpreter in the executables' #! line: dom0's python3 is 3.6. The
+# guest tests install with the CPython 3.6 they mount (tests/guest/run.sh).
+PLUGIN_PYTHON ?= /usr/bin/python3
 VOLUME_DIR    := volume/org.xen.xapi.storage.zfs-ng
 # The datapath is named by the volumes' URI scheme (zfs-ng:///pool/...).
 DATAPATH_DIR  := datapath/zfs-ng
@@ -36,13 +39,15 @@ version:
 # XCP-ng's own SMAPIv3 plugins are laid out.
 install:
 	install -d $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)
-	install -m 0755 plugins/$(VOLUME_DIR)/volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
+	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(VOLUME_DIR)/volume.py >$(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
+	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
 	cd plugins/$(VOLUME_DIR) && for f in Plugin.* SR.* Volume.*; do \
 	    ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
 	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
 	install -d $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)
-	install -m 0755 plugins/$(DATAPATH_DIR)/datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
+	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(DATAPATH_DIR)/datapath.py >$(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
+	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
 	cd plugins/$(DATAPATH_DIR) && for f in Plugin.* Datapath.*; do \
 	    ln -sfn datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath
@@ -121,15 +126,18 @@ test-guest: test-guest-$(ZFS)
 # the installed executables on real OpenZFS.
 guest-tests: guest-install
 	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
-	    python3 -m pytest -p no:cacheprovider -v --durations=15 tests/integration
+	    python3 -m pytest -p no:cacheprovider -v --durations=15 tests/integration $(PYTEST_ARGS)
 
-# Inside the guest: a fresh install under /tmp/zfsng-root, byte-compiled as
+# Inside the guest: a fresh install under /tmp/zfsng-root whose executables
+# run under CPython 3.6 (dom0's interpreter, mounted by run.sh; the guest
+# init sets the C locale, as dom0's daemon has it), byte-compiled by it as
 # the RPM's %posttrans does on a host (without it every call would compile
 # every module again: the guest runs with PYTHONDONTWRITEBYTECODE).
+GUEST_PYTHON ?= /usr/local/bin/python3.6
 guest-install:
 	rm -rf /tmp/zfsng-root
-	$(MAKE) -s install DESTDIR=/tmp/zfsng-root
-	python3 -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
+	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON)
+	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
 check: test-unit test-protocol lint-py36 test-rpm test-guest-2.1 test-guest-2.3
 

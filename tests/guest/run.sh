@@ -2,7 +2,8 @@
 # Run a command as root inside a QEMU TCG guest with real OpenZFS.
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
-#          [--timeout SECONDS] [--results DIR] -- <command...>
+#          [--timeout SECONDS] [--results DIR] [--hostid HEX]
+#          [--shared-disk FILE] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -13,12 +14,18 @@
 # Defaults: --zfs 2.1, --disks 6, --disk-size 1G, --mem 3072, --timeout 2400.
 # --results DIR keeps the results dir (created if needed; otherwise it is a
 # temp dir removed at exit, like the disks and the root overlay).
+# --hostid HEX gives the guest that hostid (default: the image's own).
+# --shared-disk FILE attaches an existing raw file, without image locking, as
+# /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
+# two hosts seeing one LUN. The host's CPython 3.6 (ZFSNG_PY36, default the
+# pyenv 3.6 tree) is mounted in the guest at the same path and linked as
+# /usr/local/bin/python3.6, the interpreter of XCP-ng 8.3's dom0.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
-zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results=
+zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
 usage() {
     sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
@@ -31,6 +38,8 @@ while [ $# -gt 0 ]; do
         --mem) mem=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --results) results=${2:?}; shift 2 ;;
+        --hostid) hostid=${2:?}; shift 2 ;;
+        --shared-disk) shared=${2:?}; shift 2 ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -38,6 +47,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "run.sh: no command given" >&2; usage; }
 [[ "$disks" =~ ^[0-9]+$ ]] || { echo "run.sh: --disks wants a number" >&2; exit 2; }
+[ -z "$hostid" ] || [[ "$hostid" =~ ^[0-9a-f]{8}$ ]] ||
+    { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
+[ -z "$shared" ] || [ -f "$shared" ] ||
+    { echo "run.sh: --shared-disk $shared is not a file" >&2; exit 2; }
+py36=$(bash "$here/python36.sh")
 
 img=$(bash "$here/build-image.sh" "$zfs")
 
@@ -82,12 +96,21 @@ for ((i = 1; i <= disks; i++)); do
     drives+=(-drive "file=$tmp/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
+if [ -n "$shared" ]; then
+    # No image locking: the other guest holds the same file open. Both
+    # QEMUs go through this host's page cache, so each sees the other's
+    # writes as a second host sees a shared LUN's.
+    drives+=(-drive "file.filename=$shared,file.driver=file,file.locking=off,format=raw,if=none,id=shared,cache=writeback"
+        -device "virtio-blk-pci,drive=shared,serial=zfsng-shared,share-rw=on")
+fi
 
 # mitigations=off: page-table isolation and friends are costly under TCG and
 # protect nothing in a throwaway guest. panic=1 with -no-reboot makes a dying
 # init end qemu instead of hanging until the timeout.
 append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
 append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
+append+=" zfsng.py36=$py36"
+[ -z "$hostid" ] || append+=" zfsng.hostid=$hostid"
 
 echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB" >&2
 start=$SECONDS
@@ -106,6 +129,7 @@ timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp 2 -m "$mem" \
     -device virtio-rng-pci \
     -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \
     -virtfs "local,path=$results,mount_tag=results,security_model=none" \
+    -virtfs "local,path=$py36,mount_tag=py36,security_model=none,readonly=on" \
     </dev/null &
 qemu_pid=$!
 wait "$qemu_pid"
