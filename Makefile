@@ -5,7 +5,8 @@
 #                   on OpenZFS 2.1 and 2.3
 #   make demo       bring up a real ZFS SR in the test guest and drive it
 #                   through the plugin, as xapi would
-#   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB)
+#   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB;
+#                   TEST_HOOKS=1 for test installs only: zfsng/testhooks.py)
 
 PYTHON        ?= python3
 PREFIX        ?= /usr
@@ -45,6 +46,9 @@ install:
 	    ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
 	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
+	if [ "$(TEST_HOOKS)" = 1 ]; then \
+	    echo "test install: ZFSNG_* hooks honoured (zfsng/testhooks.py)" \
+	        >$(DESTDIR)$(PYTHON_SITELIB)/zfsng/TEST_HOOKS; fi
 	install -d $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)
 	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(DATAPATH_DIR)/datapath.py >$(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
 	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
@@ -136,7 +140,7 @@ guest-tests: guest-install
 GUEST_PYTHON ?= /usr/local/bin/python3.6
 guest-install:
 	rm -rf /tmp/zfsng-root
-	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON)
+	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON) TEST_HOOKS=1
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
 check: test-unit test-protocol lint-py36 test-rpm test-guest-2.1 test-guest-2.3

@@ -18,10 +18,15 @@ SITELIB = "usr/lib/python3.6/site-packages"
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def install(dest):
-    """``make install DESTDIR=dest`` of this checkout; returns dest."""
-    subprocess.check_call(["make", "-s", "-C", TOP, "install",
-                           "DESTDIR=" + dest])
+def install(dest, python=None):
+    """``make install DESTDIR=dest TEST_HOOKS=1`` of this checkout (the
+    ZFSNG_* test hooks work in it), the executables run by python if
+    given; returns dest."""
+    argv = ["make", "-s", "-C", TOP, "install", "DESTDIR=" + dest,
+            "TEST_HOOKS=1"]
+    if python:
+        argv.append("PLUGIN_PYTHON=" + python)
+    subprocess.check_call(argv)
     return dest
 
 

@@ -25,8 +25,10 @@ import errno
 import json
 import os
 
-RUN_DIR = os.environ.get("ZFSNG_DATAPATH_DIR",
-                         "/var/run/nonpersistent/zfs-ng-datapath")
+from zfsng import testhooks
+
+RUN_DIR = testhooks.get("ZFSNG_DATAPATH_DIR",
+                        "/var/run/nonpersistent/zfs-ng-datapath")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                   "0123456789-_")
 

@@ -270,6 +270,16 @@ def test_packages_exactly_what_make_install_installs(files, installed):
     assert ours == installed
 
 
+def test_ships_no_test_hooks_marker(files, root):
+    # Without it, ZFSNG_* variables in the daemon's environment (locks
+    # elsewhere, crash points, traces) can change nothing on a host.
+    assert not [f for f in files if os.path.basename(f) == "TEST_HOOKS"]
+    assert glob.glob(os.path.join(root, SITELIB.lstrip("/"), "zfsng",
+                                  "testhooks.py"))
+    assert not glob.glob(os.path.join(root, SITELIB.lstrip("/"), "zfsng",
+                                      "TEST_HOOKS"))
+
+
 def test_owns_no_directory_of_another_package(files):
     for shared in ("/usr", "/usr/lib", "/usr/libexec", XSS, XSS + "/volume",
                    XSS + "/datapath", "/usr/lib/python3.6", SITELIB,

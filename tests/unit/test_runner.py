@@ -4,10 +4,21 @@ here once: LC_ALL=C, exit codes, stdin, the trace and the crash point."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
-from zfsng import runner
+import pytest
+
+from zfsng import runner, testhooks
+
+
+@pytest.fixture
+def hooks_on(tmp_path, monkeypatch):
+    """As in a test install (make install TEST_HOOKS=1)."""
+    marker = tmp_path / "TEST_HOOKS"
+    marker.write_text("test\n")
+    monkeypatch.setattr(testhooks, "MARKER", str(marker))
 
 
 def test_output_exit_code_and_stdin():
@@ -32,7 +43,20 @@ def test_no_trace_file_unless_asked(tmp_path, monkeypatch):
     assert os.listdir(str(tmp_path)) == []
 
 
-def test_trace_records_every_command(tmp_path, monkeypatch):
+def test_hooks_do_nothing_outside_a_test_install(tmp_path, monkeypatch):
+    # The daemon passes its environment on: a stray variable on a host
+    # must neither trace nor crash the plugin.
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("ZFSNG_TRACE", str(trace))
+    monkeypatch.setenv("ZFSNG_CRASH_AFTER", "1")
+    monkeypatch.setattr(testhooks, "MARKER", str(tmp_path / "absent"))
+    real = runner.SubprocessRunner()
+    assert real(["printf", "ok"]).out == "ok"
+    assert real(["printf", "again"]).out == "again"
+    assert not trace.exists()
+
+
+def test_trace_records_every_command(tmp_path, monkeypatch, hooks_on):
     trace = tmp_path / "trace.jsonl"
     monkeypatch.setenv("ZFSNG_TRACE", str(trace))
     real = runner.SubprocessRunner()
@@ -44,7 +68,8 @@ def test_trace_records_every_command(tmp_path, monkeypatch):
     assert all(0 <= r["s"] < 60 for r in records)
 
 
-def test_unwritable_trace_does_not_fail_the_command(tmp_path, monkeypatch):
+def test_unwritable_trace_does_not_fail_the_command(tmp_path, monkeypatch,
+                                                   hooks_on):
     monkeypatch.setenv("ZFSNG_TRACE", str(tmp_path / "no" / "such" / "dir"))
     assert runner.SubprocessRunner()(["printf", "ok"]).out == "ok"
 
@@ -55,8 +80,12 @@ def test_crash_point_kills_the_process_after_the_nth_command(tmp_path):
             "r = runner.SubprocessRunner()\n"
             "r(['true']); print('first', flush=True)\n"
             "r(['true']); print('second', flush=True)\n")
-    env = dict(os.environ, ZFSNG_CRASH_AFTER="2",
-               PYTHONPATH=os.path.dirname(os.path.dirname(runner.__file__)))
+    # A copy of the package with the test-install marker.
+    package = str(tmp_path / "zfsng")
+    shutil.copytree(os.path.dirname(runner.__file__), package)
+    with open(os.path.join(package, "TEST_HOOKS"), "w") as f:
+        f.write("test\n")
+    env = dict(os.environ, ZFSNG_CRASH_AFTER="2", PYTHONPATH=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", code], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.returncode == 137

@@ -92,16 +92,20 @@ class DeviceHasData(StorageError):
     """A device carries a filesystem, partition table or pool label."""
 
 
-class PoolNotFound(StorageError):
-    """A pool named in device-config is not imported or importable."""
-
-
 class PoolNameTaken(StorageError):
     """The pool name to create is already used."""
 
 
 class ZfsError(StorageError):
     """A zfs or zpool command failed; the message holds its stderr."""
+
+
+class PoolNotFound(ZfsError):
+    """A pool named in device-config is not imported or importable.
+
+    A ZfsError: zpool says "no such pool" for it, and code that handles
+    any failed zfs command (``except ZfsError``) must handle this one too.
+    """
 
 
 class DatasetNotFound(ZfsError):
@@ -118,6 +122,18 @@ class DatasetBusy(ZfsError):
 
 class OutOfSpace(ZfsError):
     """zfs said there is not enough space."""
+
+
+class CommandTimeout(StorageError):
+    """A command did not finish within its bound (see ``runner``): the pool
+    may be suspended or a device stuck. It was killed (or, stuck in the
+    kernel, abandoned); the call changed nothing more, and the next call
+    repairs whatever the command may have done."""
+
+
+class SrBusy(StorageError):
+    """Another call held the SR (or the pools) for longer than a caller
+    waits (``lock.WAIT``): usually a call stuck on a suspended pool."""
 
 
 class MetadataTooLarge(StorageError):

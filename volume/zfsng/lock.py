@@ -5,34 +5,87 @@ probing, importing and destroying pools, where the "SR" does not exist yet).
 ``flock`` locks vanish with the process, so a crashed call never leaves a
 stale lock behind. Critical sections are kept short: a call takes the lock
 around its ZFS commands, not around the interpreter start-up.
+
+Waits are bounded: a call waits at most WAIT seconds (and never past its
+own deadline, ``runner.remaining``) and then fails with ``SrBusy``, so a
+call stuck on a suspended pool does not queue every later call forever.
+Holders are bounded too (every command and every call has a deadline), so
+the lock is always released in the end.
+
+Order: the global lock (pool-level work) is taken before an SR lock, and a
+datapath call takes its per-VDI lock before the SR lock; never the other
+way round.
 """
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import os
 import time
 
-from zfsng import log
+from zfsng import errors, log, runner, testhooks
 
-RUN_DIR = os.environ.get("ZFSNG_RUN_DIR", "/run/nonpersistent/zfs-ng")
-SLOW_WAIT = 5.0  # seconds: log when a lock took longer than this to get
+RUN_DIR = testhooks.get("ZFSNG_RUN_DIR", "/run/nonpersistent/zfs-ng")
+SLOW_WAIT = 5.0   # seconds: log when a lock took longer than this to get
+WAIT = testhooks.seconds("ZFSNG_LOCK_WAIT", 300.0)  # seconds, at most
+POLL = 0.05       # seconds between two tries, doubled up to POLL_MAX
+POLL_MAX = 1.0
+NAME_MAX = 200    # bytes of a lock file name (the filesystem allows 255)
 
 
 def _path(name):
-    safe = "".join(c if c.isalnum() or c in "-_." else "%%%02x" % ord(c)
-                   for c in name)
+    """The lock file: the name made safe, or, when that would be too long
+    for a file name, its start and a digest of the whole (any string xapi
+    sends must map to a lock, and distinct names to distinct locks)."""
+    safe = _escape(name)
+    if len(safe) > NAME_MAX:
+        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
+        safe = "%s..%s" % (safe[:NAME_MAX - 66], digest)
     return os.path.join(RUN_DIR, "%s.lock" % safe)
+
+
+def _escape(name):
+    """Every byte of name's UTF-8 but [A-Za-z0-9._-] as %xx: one file
+    name per string, and distinct strings give distinct names."""
+    return "".join(chr(b) if chr(b) in _SAFE else "%%%02x" % b
+                   for b in bytearray(name.encode("utf-8", "surrogateescape")))
+
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789-_.")
+
+
+def _acquire(fd, name):
+    """flock fd, polling, within WAIT and the call's deadline."""
+    left = runner.remaining()
+    bound = WAIT if left is None else max(0.0, min(WAIT, left))
+    start = time.monotonic()
+    delay = POLL
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return time.monotonic() - start
+        except (IOError, OSError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        waited = time.monotonic() - start
+        if waited >= bound:
+            raise errors.SrBusy(
+                "another operation has held %s for more than %.0f s; it "
+                "may be stuck on a suspended pool or a failing disk "
+                "('zpool status'). Try again later" % (name, waited))
+        time.sleep(min(delay, bound - waited))
+        delay = min(delay * 2, POLL_MAX)
 
 
 @contextlib.contextmanager
 def held(name):
     """Hold the exclusive lock called name for the with-block."""
     os.makedirs(RUN_DIR, 0o700, exist_ok=True)
-    start = time.time()
     fd = os.open(_path(name), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        waited = time.time() - start
+        waited = _acquire(fd, name)
         if waited > SLOW_WAIT:
             log.info("waited %.1fs for lock %s", waited, name)
         yield

@@ -5,13 +5,25 @@ Everything that runs a program (zfs, zpool, blkid, udevadm, ...) comes through
 else in the code is faked. Commands are argv lists, never shell strings, and
 run with ``LC_ALL=C`` so their output parses the same on every host.
 
-Crash-point testing: with ``ZFSNG_CRASH_AFTER=N`` in the environment the
-process dies (as if killed) right after its N-th command returns, so tests
-can check that the next call repairs whatever state that left.
+Bounds. xapi-storage-script waits for a plugin without any time limit,
+and a command on a suspended pool (or a stuck tap-ctl) can block forever,
+holding the SR lock, with every later call queued behind it. So every
+command has a bound (``timeout_for``): past it, the command is killed and
+the call fails with ``CommandTimeout``. A process stuck in the kernel
+cannot be killed until its I/O ends; after KILL_GRACE seconds it is left
+behind (it dies when the pool comes back) and the call still returns. On
+top of that, a whole call has a deadline (``start_call``, CALL_DEADLINE):
+no command starts after it, and no command may run past it, so a call that
+holds a lock holds it for a bounded time, and callers waiting for that lock
+(``lock.WAIT``) get ``SrBusy`` instead of waiting forever. Whatever a
+killed command left is repaired by the next call, as after a crash.
 
-Tracing: with ``ZFSNG_TRACE=<file>`` every command appends one JSON line
-(argv, rc, seconds) to that file, so the benchmarks (and an admin chasing a
-slow call) can tell the plugin's own time from the time its commands took.
+Test hooks (``testhooks``): ZFSNG_CRASH_AFTER=N makes the process die (as
+if killed) right after its N-th command returns, so tests can check that
+the next call repairs whatever state that left; ZFSNG_TRACE=<file> appends
+one JSON line (argv, rc, seconds) per command, so the benchmarks can tell
+the plugin's own time from its commands' time; ZFSNG_CMD_TIMEOUT lowers
+every command's bound.
 """
 
 import json
@@ -19,7 +31,44 @@ import os
 import subprocess
 import time
 
-from zfsng import log
+from zfsng import errors, log, testhooks
+
+# Seconds. A zfs or zpool command on a healthy pool takes well under a
+# second on a host; 120 s is ample for a loaded one. Pool-level commands
+# get more: an import with multihost protection first watches the pool for
+# about 20 s (longer for many disks), create and destroy touch every disk,
+# export flushes the pool.
+DEFAULT_TIMEOUT = 120.0
+POOL_TIMEOUT = 300.0
+_POOL_VERBS = ("import", "export", "create", "destroy")
+CALL_DEADLINE = 600.0   # a whole plugin call
+KILL_GRACE = 5.0        # waiting for a killed command to go
+
+_deadline = {"at": None}
+
+
+def start_call(seconds=CALL_DEADLINE):
+    """Start the deadline of one plugin call (the wire's entry point)."""
+    _deadline["at"] = time.monotonic() + seconds
+
+
+def remaining():
+    """Seconds left before the call's deadline (None: no deadline)."""
+    if _deadline["at"] is None:
+        return None
+    return _deadline["at"] - time.monotonic()
+
+
+def timeout_for(argv):
+    """The bound of one command: its own, lowered to the call's deadline."""
+    bound = DEFAULT_TIMEOUT
+    if argv[0] == "zpool" and len(argv) > 1 and argv[1] in _POOL_VERBS:
+        bound = POOL_TIMEOUT
+    elif argv[0] == "udevadm" and argv[1:2] == ["settle"]:
+        bound = DEFAULT_TIMEOUT + 30   # it has its own --timeout
+    bound = testhooks.seconds("ZFSNG_CMD_TIMEOUT", bound)
+    left = remaining()
+    return bound if left is None else min(bound, left)
 
 
 class Result(object):
@@ -39,18 +88,24 @@ class SubprocessRunner(object):
 
     def __init__(self):
         self.count = 0
-        self.crash_after = int(os.environ.get("ZFSNG_CRASH_AFTER", "0") or 0)
-        self.trace = os.environ.get("ZFSNG_TRACE")
+        self.crash_after = int(testhooks.get("ZFSNG_CRASH_AFTER", "0"))
+        self.trace = testhooks.get("ZFSNG_TRACE")
 
     def __call__(self, argv, stdin_text=None):
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         env.pop("LANG", None)
+        bound = timeout_for(argv)
+        if bound <= 0:
+            raise errors.CommandTimeout(
+                "the call ran out of time (%d s) before %s"
+                % (CALL_DEADLINE, " ".join(argv[:3])))
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=env, close_fds=True)
-        out, err = proc.communicate(
+        out, err = _communicate(
+            proc, argv, bound,
             stdin_text.encode("utf-8") if stdin_text is not None else None)
         result = Result(argv, proc.returncode,
                         out.decode("utf-8", "replace"),
@@ -62,6 +117,30 @@ class SubprocessRunner(object):
             log.warning("crash point %d reached after %s", self.count, argv)
             os._exit(137)
         return result
+
+
+def _communicate(proc, argv, bound, data):
+    """proc's (stdout, stderr), or kill it and raise CommandTimeout."""
+    try:
+        return proc.communicate(data, timeout=bound)
+    except subprocess.TimeoutExpired:
+        pass
+    proc.kill()
+    try:
+        proc.communicate(timeout=KILL_GRACE)
+        fate = "killed"
+    except subprocess.TimeoutExpired:
+        # Stuck in the kernel (I/O to a suspended pool): it dies when the
+        # I/O ends. Drop our end of its pipes and go on.
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+        fate = "left behind, stuck in the kernel (pid %d)" % proc.pid
+    log.error("%s: no answer after %.0f s, %s", " ".join(argv), bound, fate)
+    raise errors.CommandTimeout(
+        "%s did not finish within %.0f s (%s); if a pool is involved, "
+        "check 'zpool status' for a suspended pool or a failing disk"
+        % (" ".join(argv[:4]), bound, fate))
 
 
 def _trace(path, result, seconds):
