@@ -224,6 +224,83 @@ def test_unknown_extra_arguments_are_tolerated(monkeypatch, capsys):
     assert table["SR.stat"].calls == [{"dbg": "x", "sr": "tank"}]
 
 
+# --- the bytes on the wire --------------------------------------------------
+
+NON_ASCII = u"Donn\u00e9es \u2713 \u65e5\u672c \U0001f4be"
+
+
+def run_c_locale(monkeypatch, argv, stdin_bytes, table):
+    """(exit status, stdout bytes) of wire.main with stdin and stdout as
+    Python 3.6 makes them in the C locale: ASCII text layers over bytes
+    (stdin decoding with surrogateescape, stdout strict)."""
+    stdin = io.TextIOWrapper(io.BytesIO(stdin_bytes), encoding="ascii",
+                             errors="surrogateescape")
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    rc = wire.main(argv, wire.VOLUME_INTERFACES, table)
+    stdout.flush()
+    return rc, stdout.buffer.getvalue()
+
+
+def test_non_ascii_arguments_arrive_intact_whatever_the_locale(monkeypatch):
+    # xapi writes UTF-8 bytes, not \u escapes (Yojson escapes only control
+    # characters): exactly what an ASCII stdin turns into surrogates.
+    table = {"Volume.set": Recorder(None)}
+    payload = json.dumps({"dbg": "x", "sr": "tank", "key": "k",
+                          "k": NON_ASCII, "v": NON_ASCII},
+                         ensure_ascii=False).encode("utf-8")
+    rc, out = run_c_locale(monkeypatch, ["Volume.set", "--json"], payload,
+                           table)
+    assert (rc, out) == (0, b"null\n")
+    assert table["Volume.set"].calls[0]["k"] == NON_ASCII
+    assert table["Volume.set"].calls[0]["v"] == NON_ASCII
+
+
+def test_non_ascii_results_are_utf8_bytes_whatever_the_locale(monkeypatch):
+    table = {"SR.stat": Recorder(dict(SR_STAT, name=NON_ASCII))}
+    rc, out = run_c_locale(monkeypatch, ["SR.stat", "--json"],
+                           b'{"dbg": "x", "sr": "tank"}', table)
+    assert rc == 0
+    assert NON_ASCII.encode("utf-8") in out       # as xapi writes it
+    assert json.loads(out.decode("utf-8"))["name"] == NON_ASCII
+
+
+def test_non_ascii_error_messages_are_utf8_too(monkeypatch):
+    table = {"SR.stat": Recorder(exc=errors.InvalidArgument(NON_ASCII))}
+    rc, out = run_c_locale(monkeypatch, ["SR.stat", "--json"],
+                           b'{"dbg": "x", "sr": "tank"}', table)
+    assert rc == 1
+    assert error_of(out.decode("utf-8"))["params"][1] == NON_ASCII
+
+
+def test_stdin_that_is_not_utf8_is_a_typed_error(monkeypatch):
+    table = {"Volume.set": Recorder(None)}
+    rc, out = run_c_locale(monkeypatch, ["Volume.set", "--json"],
+                           b'{"dbg": "x", "sr": "tank", "key": "k", '
+                           b'"k": "\xe9", "v": ""}', table)
+    assert rc == 1
+    obj = error_of(out.decode("utf-8"))
+    assert obj["params"][0] == "InvalidArgument"
+    assert "UTF-8" in obj["params"][1]
+    assert table["Volume.set"].calls == []
+
+
+def test_an_out_of_range_int64_result_fails_the_call_cleanly(monkeypatch,
+                                                             capsys):
+    # xapi's unmarshaller would fail on it, far from the cause
+    volume = {"key": "k", "name": "n", "description": "", "read_write": True,
+              "sharable": False, "virtual_size": 2 ** 63,
+              "physical_utilisation": 0, "uri": [], "keys": {}}
+    rc, out, _ = run(monkeypatch, capsys, ["Volume.stat", "--json"],
+                     {"dbg": "x", "sr": "tank", "key": "k"},
+                     {"Volume.stat": Recorder(volume)})
+    assert rc == 1
+    obj = error_of(out)
+    assert obj["params"][0] == "InternalError"
+    assert "virtual_size" in obj["params"][1]
+
+
 # --- results -----------------------------------------------------------------
 
 def _without(record, field):
@@ -363,7 +440,8 @@ def test_errors_from_the_real_plugin_reach_stdout_as_json(
 
 @pytest.mark.parametrize("wtype,good,bad", [
     (wire.STR, ["", "x", u"\u00e9"], [None, 1, b"x", True, []]),
-    (wire.INT, [0, -1, 2 ** 62], [True, False, 1.0, "1", None]),
+    (wire.INT, [0, -1, 2 ** 62, 2 ** 63 - 1, -2 ** 63],
+     [True, False, 1.0, "1", None, 2 ** 63, -2 ** 63 - 1, 2 ** 64]),
     (wire.BOOL, [True, False], [0, 1, "true", None]),
     (wire.UNIT, [None], [0, "", {}, []]),
     (wire.ListOf(wire.STR), [[], ["a", "b"]], [["a", 1], "ab", None, ("a",)]),

@@ -3,7 +3,9 @@
 stdout belongs to the wire protocol: any stray byte there fails the call in
 xapi-storage-script, so nothing here may print to it. Messages carry the
 method name and xapi's ``dbg`` string so that one SMlog line can be matched
-to the xapi task that caused it.
+to the xapi task that caused it. Lines are UTF-8 whatever the locale, and
+text Python could not decode is escaped, not fatal: logging never fails a
+call.
 """
 
 import os
@@ -33,15 +35,36 @@ def set_dbg(dbg):
 
 def _emit(priority, label, fmt, args):
     text = fmt % args if args else fmt
-    line = "%s %s: %s%s" % (_state["ident"], label,
-                            ("[%s] " % _state["dbg"]) if _state["dbg"] else "",
-                            text)
+    line = _printable("%s %s: %s%s" % (
+        _state["ident"], label,
+        ("[%s] " % _state["dbg"]) if _state["dbg"] else "", text))
     if _state["opened"]:
         for part in line.splitlines() or [""]:
             syslog.syslog(priority, part)
     if priority != _DEBUG or _state["debug"]:
-        sys.stderr.write(line + "\n")
+        _to_stderr(line + "\n")
+
+
+def _printable(text):
+    """text with lone surrogates (bytes Python could not decode, kept as
+    surrogate escapes) spelled \\udcxx: syslog encodes every message to
+    UTF-8 and raises on them, and a log line must never fail a call."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _to_stderr(text):
+    """UTF-8 bytes whatever the locale (Python 3.6's stderr is ASCII in the
+    C locale); a closed or broken stderr loses the line, not the call."""
+    try:
+        out = getattr(sys.stderr, "buffer", None)
+        if out is None:
+            sys.stderr.write(text)
+        else:
+            sys.stderr.flush()
+            out.write(text.encode("utf-8"))
         sys.stderr.flush()
+    except (IOError, OSError, ValueError):
+        pass
 
 
 _DEBUG = syslog.LOG_DEBUG if syslog else 7

@@ -1,8 +1,8 @@
 """The on-pool layout: where an SR and its VDIs live, and their properties.
 
-The pool is the only source of truth (design decision 3): everything xapi
-ever told zfs-ng is kept in ZFS user properties under one prefix, so an
-exported pool imported on another host brings every VDI with its keys.
+The pool is the only source of truth: everything xapi ever told zfs-ng is
+kept in ZFS user properties under one prefix, so an exported pool imported
+on another host brings every VDI with its keys.
 
 Layout
   SR dataset   the pool's root dataset when zfs-ng created the pool, else

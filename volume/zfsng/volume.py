@@ -4,9 +4,8 @@ See ``meta`` for the layout. What is listed is always one ``zfs list`` of
 the SR, whatever the number of VDIs; every change is one ``zfs`` command
 where ZFS allows it, so a crash leaves either the old or the new state.
 
-Dependents (design decision 4). xapi destroys VDIs that ZFS cannot destroy
-yet: a zvol with snapshots, a snapshot with clones. Such objects are hidden,
-not refused:
+Dependents. xapi destroys VDIs that ZFS cannot destroy yet: a zvol with
+snapshots, a snapshot with clones. Such objects are hidden, not refused:
 - a snapshot VDI with clones is destroyed *deferred* (``zfs destroy -d``):
   ZFS keeps it while its clones live and frees it with the last one;
   ``defer_destroy=on`` hides it from SR.ls;

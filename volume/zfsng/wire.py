@@ -5,12 +5,14 @@ object of named arguments on stdin. Success is exit 0 with exactly the JSON
 result on stdout (``null`` for unit); failure is a non-zero exit with
 ``{"code", "params", "backtrace"}`` on stdout. The generated Python bindings
 are not on PyPI and change between releases, so zfs-ng carries this one
-small module instead (design decision 2): the types of every v5 method it
-can be asked for, a checker for them, and the dispatcher.
+small module instead: the types of every v5 method it can be asked for, a
+checker for them, and the dispatcher.
 
 Arguments are checked before a handler runs, and results before they are
 printed: a bug then fails the call cleanly instead of handing xapi a value
 that breaks its unmarshalling (for instance ``"uuid": null``).
+
+stdin and stdout are UTF-8 bytes, whatever the locale (see ``_write``).
 """
 
 import json
@@ -43,9 +45,23 @@ class Prim(Type):
                 where, self.name, type(value).__name__))
 
 
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+class Int64(Prim):
+    """OCaml's int64: xapi cannot unmarshal a number outside its range (a
+    volume of 2^63 bytes made every later SR.ls of its SR fail in xapi)."""
+
+    def check(self, value, where):
+        Prim.check(self, value, where)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise TypeError("%s: %d is outside int64's range" % (where,
+                                                                 value))
+
+
 STR = Prim("string", (str,))
 BOOL = Prim("bool", (bool,))
-INT = Prim("int64", (int,))
+INT = Int64("int64", (int,))
 UNIT = Prim("unit (null)", (type(None),))
 
 
@@ -264,16 +280,37 @@ def error_object(exc, tb_text=""):
                           "lines": []}}
 
 
+# The wire is UTF-8 whatever the locale. xapi-storage-script writes
+# non-ASCII as UTF-8 bytes (rpclib's Yojson escapes only control characters)
+# and reads UTF-8 back. Python's text streams follow the locale instead:
+# Python 3.6 in the C locale (dom0's daemon environment; 3.7+ coerce it to
+# UTF-8) reads stdin as ASCII, and "Données" would arrive as surrogate
+# escapes and be stored that way. So stdin and stdout are read and written
+# as bytes (their text layer only where a test put a stream without one).
+
 def _write(obj):
-    sys.stdout.write(json.dumps(obj))
-    sys.stdout.write("\n")
+    text = json.dumps(obj, ensure_ascii=False) + "\n"
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        sys.stdout.flush()   # anything already in the text layer goes first
+        # "replace": a lone surrogate cannot be UTF-8; xapi must never get
+        # bytes it cannot decode (nothing decoded strictly yields one)
+        out.write(text.encode("utf-8", "replace"))
     sys.stdout.flush()
 
 
 def _read_args():
-    text = sys.stdin.read()
+    data = getattr(sys.stdin, "buffer", sys.stdin).read()
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise errors.InvalidArgument("stdin is not valid UTF-8: %s"
+                                         % exc)
     try:
-        return json.loads(text)
+        return json.loads(data)
     except ValueError as exc:
         raise errors.InvalidArgument("stdin is not valid JSON: %s" % exc)
 
