@@ -60,12 +60,16 @@ class Plugin(object):
         self.wire = wire
 
     def raw(self, method, args, argv_extra=("--json",)):
-        """Run the executable; return (rc, stdout, stderr) as text."""
+        """Run the executable; return (rc, stdout, stderr) as text.
+
+        The arguments go as xapi-storage-script writes them: non-ASCII as
+        UTF-8 bytes, not \\u escapes. Both outputs must be UTF-8."""
         proc = subprocess.run(
             [os.path.join(self.dir, method)] + list(argv_extra),
-            input=json.dumps(args).encode(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=self.env)
-        return (proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+            input=json.dumps(args, ensure_ascii=False).encode("utf-8"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+        return (proc.returncode, proc.stdout.decode("utf-8"),
+                proc.stderr.decode("utf-8"))
 
     def __call__(self, method, **args):
         args.setdefault("dbg", "zfs-ng-test")
