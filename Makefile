@@ -1,7 +1,8 @@
 # zfs-ng: build, install and test.
 #
 #   make check      the whole test suite (what CI runs): unit + protocol
-#                   tests, Python 3.6 check, real-ZFS tests in the QEMU guest
+#                   tests under python3 and again under CPython 3.6, Python
+#                   3.6 lint, RPM checks, real-ZFS tests in the QEMU guest
 #                   on OpenZFS 2.1 and 2.3
 #   make demo       bring up a real ZFS SR in the test guest and drive it
 #                   through the plugin, as xapi would
@@ -23,10 +24,16 @@ VERSION       := $(shell sed -n 's/^VERSION = "\(.*\)"/\1/p' volume/zfsng/__init
 
 VENV          ?= .venv
 VPY           := $(VENV)/bin/python
+# The unit and protocol tests run a second time under CPython 3.6, dom0's
+# interpreter, from its own venv (pytest 7.0 is the last for 3.6).
+VENV36        ?= .venv36
+VPY36         := $(VENV36)/bin/python
+PY36_PREFIX    = $(shell bash tests/guest/python36.sh)
 GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
 
 .PHONY: all install deps check test-unit test-protocol lint-py36 bench \
+        test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version
 
 all:
@@ -105,7 +112,13 @@ $(VPY): tests/requirements.txt
 	$(VPY) -m pip install -q -r tests/requirements.txt
 	touch $(VPY)
 
-deps: $(VPY)
+$(VPY36): tests/requirements-py36.txt
+	"$(PY36_PREFIX)/bin/python3.6" -m venv --clear $(VENV36)
+	$(VPY36) -m pip install -q --upgrade "pip<22"
+	$(VPY36) -m pip install -q -r tests/requirements-py36.txt
+	touch $(VPY36)
+
+deps: $(VPY) $(VPY36)
 
 # --- tests ---------------------------------------------------------------------
 test-unit: $(VPY)
@@ -113,6 +126,16 @@ test-unit: $(VPY)
 
 test-protocol: $(VPY)
 	PYTHONPATH=volume $(VPY) -m pytest -q tests/protocol
+
+# The same under CPython 3.6: the tests themselves, and the executables
+# they install (PLUGIN_PYTHON, read by `make install`).
+test-unit-py36: $(VPY36)
+	PYTHONPATH=volume PLUGIN_PYTHON="$(PY36_PREFIX)/bin/python3.6" \
+	    $(VPY36) -m pytest -q tests/unit
+
+test-protocol-py36: $(VPY36)
+	PYTHONPATH=volume PLUGIN_PYTHON="$(PY36_PREFIX)/bin/python3.6" \
+	    $(VPY36) -m pytest -q tests/protocol
 
 lint-py36: $(VPY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
@@ -143,7 +166,8 @@ guest-install:
 	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON) TEST_HOOKS=1
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
-check: test-unit test-protocol lint-py36 test-rpm test-guest-2.1 test-guest-2.3
+check: test-unit test-protocol test-unit-py36 test-protocol-py36 lint-py36 \
+       test-rpm test-guest-2.1 test-guest-2.3
 
 # --- the newcomer's demo ----------------------------------------------------------
 demo:
@@ -169,5 +193,5 @@ bench: $(VENV)/.bench-tools
 	$(VPY) tests/bench/report.py $(BENCH_OUT)
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) $(VENV36) build .pytest_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
