@@ -24,7 +24,7 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import lock, plugin, runner, sr, volume, wire  # noqa: E402
+from zfsng import alert, lock, plugin, runner, sr, volume, wire  # noqa: E402
 
 import fakezfs  # noqa: E402
 
@@ -47,6 +47,7 @@ def run_dir(tmp_path_factory):
 def isolated(run_dir, monkeypatch):
     """No real command; locks in the session's own directory."""
     monkeypatch.setattr(lock, "RUN_DIR", run_dir)
+    monkeypatch.setattr(alert, "XE", os.path.join(run_dir, "no-xe"))
     old = runner.set_runner(_refuse)
     yield
     runner.set_runner(old)

@@ -172,6 +172,7 @@ class Pool(object):
         self.state = "ACTIVE"       # ACTIVE, EXPORTED, DESTROYED
         self.readonly = False
         self.health_override = None
+        self.resilvering = False    # zpool status: a resilver is running
         self.datasets = {}          # name -> Dataset (all types)
         self.txg = 4
 
@@ -409,6 +410,10 @@ class FakeZfs(object):
         """``zpool offline``: the leaf is OFFLINE."""
         self._leaf(path)[1].state = "OFFLINE"
 
+    def online(self, path):
+        """``zpool online``: the leaf is ONLINE again."""
+        self._leaf(path)[1].state = "ONLINE"
+
     def fault(self, path):
         """The leaf failed with too many errors."""
         leaf = self._leaf(path)[1]
@@ -423,6 +428,10 @@ class FakeZfs(object):
     def set_health(self, pool, state):
         """Force the pool's state (FAULTED, SUSPENDED...)."""
         self.pool(pool).health_override = state
+
+    def resilver(self, pool, running=True):
+        """A resilver is running (or has ended): zpool status says so."""
+        self.pool(pool).resilvering = running
 
     def inject(self, command, err, rc=1, times=1):
         """The next ``times`` runs of argvs starting with the words of
@@ -1286,17 +1295,25 @@ class FakeZfs(object):
         return ""
 
     def _zpool_status(self, argv):
-        opts, args = self._getopt(argv, 2, "P")
-        if opts != [("P", None)] or len(args) != 1:
+        opts, args = self._getopt(argv, 2, "Px")
+        if sorted(opts) not in ([("P", None)], [("P", None), ("x", None)]) \
+                or len(args) != 1:
             raise _Unknown()
         pool = self._active_pool(args[0])
         if pool is None:
             raise CommandError("cannot open '%s': no such pool" % args[0])
-        return self._status_text(pool)
+        text = self._status_text(pool)
+        if ("x", None) in opts and "\nstatus: " not in text:
+            # -x: a pool whose status is OK (zpool_get_status) is one line
+            return "pool '%s' is healthy\n" % pool.name
+        return text
 
     def _status_text(self, pool):
         health = self._health(pool)
         leaves = pool.leaves()
+        # libzfs's status looks at data, log and cache leaves, not spares
+        used = [leaf for vdev in pool.vdevs if vdev.klass != "spare"
+                for leaf in vdev.leaves]
         out = ["  pool: %s" % pool.name, " state: %s" % health]
         if health in ("UNAVAIL", "FAULTED", "SUSPENDED"):
             out += ["status: One or more devices are faulted in response to "
@@ -1305,7 +1322,12 @@ class FakeZfs(object):
                     "then run 'zpool clear'.",
                     "   see: https://openzfs.github.io/openzfs-docs/msg/"
                     "ZFS-8000-HC"]
-        elif any(not leaf.present for leaf in leaves):
+        elif pool.resilvering:   # checked first by libzfs
+            out += ["status: One or more devices is currently being "
+                    "resilvered.  The pool will",
+                    "\tcontinue to function, possibly in a degraded state.",
+                    "action: Wait for the resilver to complete."]
+        elif any(not leaf.present for leaf in used):
             out += ["status: One or more devices could not be used because "
                     "the label is missing or",
                     "\tinvalid.  Sufficient replicas exist for the pool to "
@@ -1314,7 +1336,7 @@ class FakeZfs(object):
                     "action: Replace the device using 'zpool replace'.",
                     "   see: https://openzfs.github.io/openzfs-docs/msg/"
                     "ZFS-8000-4J"]
-        elif any(leaf.state == "FAULTED" for leaf in leaves):
+        elif any(leaf.state == "FAULTED" for leaf in used):
             out += ["status: One or more devices are faulted in response to "
                     "persistent errors.",
                     "\tSufficient replicas exist for the pool to continue "
@@ -1325,7 +1347,7 @@ class FakeZfs(object):
                     "\trepaired.",
                     "   see: https://openzfs.github.io/openzfs-docs/msg/"
                     "ZFS-8000-K4"]
-        elif any(leaf.state == "OFFLINE" for leaf in leaves):
+        elif any(leaf.state == "OFFLINE" for leaf in used):
             out += ["status: One or more devices has been taken offline by "
                     "the administrator.",
                     "\tSufficient replicas exist for the pool to continue "

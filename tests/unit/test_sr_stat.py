@@ -114,13 +114,26 @@ def test_mirror_and_raidz_space(fake):
 
 
 # --- health ------------------------------------------------------------------
+#
+# xapi (v24.29.0+) fails SR.scan with SR_UNHEALTHY for any health but
+# Healthy: a pool that still serves every block must be Healthy, with its
+# problem as the text; only a pool that cannot serve data is Unavailable.
+
+def scan(sr):
+    """SR.scan as xapi-storage-script's stat_with_retry does it: SR.stat,
+    then SR.ls only if the SR is Healthy."""
+    state, _ = call("SR.stat", sr=sr)["health"]
+    if state != "Healthy":
+        raise AssertionError("SR_UNHEALTHY: %s" % state)
+    return call("SR.ls", sr=sr)
+
 
 def test_degraded_pool_names_the_offline_device(fake):
     sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
     fake.offline("/dev/sdc1")
     state, reason = call("SR.stat", sr=sr)["health"]
-    assert state == "Recovering"
-    assert "DEGRADED" in reason
+    assert state == "Healthy"
+    assert "tank is DEGRADED" in reason
     assert "/dev/sdc1 OFFLINE" in reason
     assert "/dev/sdb1" not in reason
 
@@ -129,7 +142,7 @@ def test_degraded_pool_names_the_faulted_device(fake):
     sr, _ = create_sr({"vdev": "raidz1 /dev/sdb /dev/sdc /dev/sdd"})
     fake.fault("/dev/sdd1")
     state, reason = call("SR.stat", sr=sr)["health"]
-    assert state == "Recovering"
+    assert state == "Healthy"
     assert "/dev/sdd1 FAULTED" in reason
     assert "persistent errors" in reason
 
@@ -138,25 +151,69 @@ def test_degraded_pool_names_the_missing_device(fake):
     sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
     fake.lose("/dev/sdc1")
     state, reason = call("SR.stat", sr=sr)["health"]
-    assert state == "Recovering"
-    assert "/dev/sdc1" in reason
+    assert state == "Healthy"
+    assert "DEGRADED" in reason and "/dev/sdc1" in reason
 
 
 def test_degraded_log_device(fake):
     sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc log /dev/sdd"})
     fake.offline("/dev/sdd1")
     state, reason = call("SR.stat", sr=sr)["health"]
-    assert state == "Recovering"
-    assert "/dev/sdd1" in reason
+    assert state == "Healthy"
+    assert "DEGRADED" in reason and "/dev/sdd1" in reason
 
 
-@pytest.mark.parametrize("health", ["FAULTED", "SUSPENDED", "UNAVAIL"])
-def test_faulted_pool_is_unavailable(fake, health):
+def test_faulted_cache_device_leaves_the_pool_online(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc cache /dev/sdd"})
+    fake.fault("/dev/sdd1")
+    state, reason = call("SR.stat", sr=sr)["health"]
+    assert state == "Healthy"
+    assert "tank is ONLINE" in reason and "/dev/sdd1 FAULTED" in reason
+
+
+def test_resilvering_pool_says_so(fake):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.resilver("tank")
+    state, reason = call("SR.stat", sr=sr)["health"]
+    assert state == "Healthy"
+    assert "tank is ONLINE" in reason and "resilvered" in reason
+    fake.resilver("tank", running=False)
+    assert call("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+
+
+def test_unusable_spare_is_no_problem(fake):
+    # libzfs's status ignores spares: zpool status -x says healthy
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc spare /dev/sdd"})
+    fake.offline("/dev/sdd1")
+    assert call("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+
+
+def test_online_pool_asks_zpool_status_for_problems(fake):
+    sr, _ = create_sr()
+    mark = len(fake.calls)
+    assert call("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+    assert fake.ran("zpool", "status", since=mark) == [
+        ["zpool", "status", "-x", "-P", "--", "tank"]]
+
+
+@pytest.mark.parametrize("damage", ["offline", "fault", "lose"])
+def test_degraded_pool_can_be_scanned(fake, damage):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    volume = create_volume(sr)
+    getattr(fake, damage)("/dev/sdc1")
+    assert [v["key"] for v in scan(sr)] == [volume["key"]]
+
+
+@pytest.mark.parametrize("health", ["FAULTED", "SUSPENDED", "UNAVAIL",
+                                    "OFFLINE", "REMOVED", "SPLIT"])
+def test_pool_that_cannot_serve_data_is_unavailable(fake, health):
     sr, _ = create_sr()
     fake.set_health("tank", health)
     state, reason = call("SR.stat", sr=sr)["health"]
     assert state == "Unavailable"
     assert "tank" in reason and health in reason
+    with pytest.raises(AssertionError, match="SR_UNHEALTHY"):
+        scan(sr)
 
 
 def test_unavailable_pool_names_the_device(fake):
@@ -174,7 +231,8 @@ def test_health_of_an_adopted_sr_is_its_pools(fake):
                   name="a", description="")
     sr = call("SR.attach", configuration=stored)
     fake.offline("/dev/sdd1")
-    assert call("SR.stat", sr=sr)["health"][0] == "Recovering"
+    state, reason = call("SR.stat", sr=sr)["health"]
+    assert state == "Healthy" and "data is DEGRADED" in reason
 
 
 # --- name and description ----------------------------------------------------

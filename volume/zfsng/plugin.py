@@ -41,8 +41,30 @@ def _sr_settings(dataset):
     return "\n".join(lines)
 
 
+def _pool_problems(pools):
+    """One line per pool with a problem, or a line saying there is none.
+
+    First in the report: SR.stat reports a pool that still serves every
+    block as Healthy (xapi would refuse to scan it otherwise), so this is
+    where support sees at once what the SR's health hides.
+    """
+    lines = []
+    for pool in pools:
+        try:
+            health = srmod.pool_health(pool)[1]
+        except errors.StorageError as exc:
+            lines.append("pool %s: health unknown: %s" % (pool, exc.message))
+            continue
+        if health != ["Healthy", ""]:
+            lines.append("%s (SR reported to xapi as %s)" % (health[1],
+                                                              health[0]))
+    return "\n".join(lines) or ("no problem: every pool holding a zfs-ng SR"
+                                " is ONLINE and 'zpool status -x' is clean")
+
+
 def diagnostics(dbg):
-    """A readable report: ZFS version, each SR's pool status and settings."""
+    """A readable report: the pools' problems first, then the ZFS version,
+    each SR's pool status and settings."""
     out = [_section("zfs-ng", "version %s" % VERSION)]
     try:
         out.append(_section("ZFS", zfs.version()))
@@ -52,7 +74,9 @@ def diagnostics(dbg):
         return "\n".join(out)
     if not srs:
         out.append(_section("SRs", "no zfs-ng SR is attached on this host"))
-    for pool in sorted(set(srmod.pool_of(ds) for ds, _ in srs)):
+    pools = sorted(set(srmod.pool_of(ds) for ds, _ in srs))
+    out.insert(0, _section("pool health", _pool_problems(pools)))
+    for pool in pools:
         out.append(_section("zpool status %s" % pool, zfs.pool_status(pool)))
     for dataset, _ in srs:
         out.append(_section("SR %s" % dataset, _sr_settings(dataset)))

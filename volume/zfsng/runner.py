@@ -168,11 +168,52 @@ def run(argv, stdin_text=None):
     if not isinstance(argv, (list, tuple)) or not all(
             isinstance(a, str) for a in argv):
         raise TypeError("argv must be a list of str: %r" % (argv,))
-    log.debug("run: %s", " ".join(argv))
+    start = time.monotonic()
     try:
         result = _runner(list(argv), stdin_text)
     except OSError as exc:
         result = Result(list(argv), 127, "", "%s: %s" % (argv[0], exc))
-    if result.rc != 0:
-        log.debug("rc=%d stderr=%s", result.rc, result.err.strip())
+    # SMlog gets every command with its exit code and time: where a slow
+    # or failing call went.
+    log.debug("run: %s: rc=%d in %.2fs%s", " ".join(argv), result.rc,
+              time.monotonic() - start,
+              " stderr=%s" % result.err.strip() if result.rc else "")
     return result
+
+
+def spawn_detached(argv):
+    """Start argv in the background and return at once, never waiting for
+    it: for work the call must not wait on (a XenAPI message, ``alert``).
+
+    A double fork: a middle process starts argv and exits, so argv is
+    init's child (no zombie, nothing to reap here). argv gets its own
+    session (a signal to the plugin's process group does not reach it),
+    /dev/null as stdin, stdout and stderr (xapi-storage-script reads the
+    plugin's stdout and stderr to their end: an inherited pipe would hold
+    the call open until argv exits) and no other descriptor (an inherited
+    lock file would stay locked). The caller bounds argv's run time (with
+    ``timeout``). Arguments are passed as UTF-8 whatever the locale.
+    Raises OSError when argv could not be started.
+    """
+    if not isinstance(argv, (list, tuple)) or not all(
+            isinstance(a, str) for a in argv):
+        raise TypeError("argv must be a list of str: %r" % (argv,))
+    log.debug("spawn: %s", " ".join(argv))
+    args = [a.encode("utf-8", "surrogateescape") for a in argv]
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    env.pop("LANG", None)
+    pid = os.fork()
+    if pid == 0:   # the middle process: never returns
+        code = 0
+        try:
+            subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, close_fds=True,
+                             start_new_session=True, env=env)
+        except BaseException:
+            code = 127
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise OSError("cannot start %s" % argv[0])

@@ -11,8 +11,8 @@ child dataset.
 import json
 import os
 
-from zfsng import devconfig, devices, errors, log, lock, meta, names, \
-    runner, zfs
+from zfsng import alert, devconfig, devices, errors, log, lock, meta, \
+    names, runner, zfs
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -71,10 +71,17 @@ def visible_volume_count(sr):
 
 # --- health -------------------------------------------------------------------
 
+# zpool states in which the pool still serves every block: ONLINE, and
+# DEGRADED (redundancy or a log device lost, every block still readable).
+# Any other (FAULTED, UNAVAIL, SUSPENDED...) means it cannot serve data.
+SERVING = ("ONLINE", "DEGRADED")
+
+
 def _status_reason(pool):
-    """One line from ``zpool status``: its status sentence and bad devices."""
+    """One line from ``zpool status -x``: its status sentence and bad
+    devices; "" for a pool with no problem to report."""
     try:
-        text = zfs.pool_status(pool)
+        text = zfs.pool_status(pool, problems_only=True)
     except errors.ZfsError as exc:
         return exc.message
     status, bad, in_status, in_config = [], [], False, False
@@ -107,18 +114,32 @@ def _status_reason(pool):
     return reason
 
 
-def health(pool):
+def pool_health(pool):
+    """(zpool state, v5 health) of pool: Healthy while it serves every
+    block, with the problem as text if it has one; else Unavailable.
+
+    Why never Recovering (nor Unreachable): since xen-api v24.29.0 SR.scan
+    (``stat_with_retry`` in xapi-storage-script) fails with SR_UNHEALTHY
+    for any health but Healthy, after retrying Unreachable 3 times. A
+    DEGRADED mirror reported as Recovering would block scans, and every
+    tool that scans (Xen Orchestra's disk views), exactly while ZFS keeps
+    the data available. xapi drops Healthy's text; ``alert`` tells the
+    admin (SMlog, a XenAPI message) and Plugin.diagnostics leads with it.
+    """
     row = zfs.pool_by_name(pool)
     state = row["health"] if row else "UNAVAIL"
-    if state == "ONLINE":
-        return ["Healthy", ""]
-    reason = "pool %s is %s. %s" % (pool, state, _status_reason(pool))
-    if state == "DEGRADED":
-        return ["Recovering", reason.strip()]
-    return ["Unavailable", reason.strip()]
+    problem = _status_reason(pool)
+    if state == "ONLINE" and not problem:
+        return state, ["Healthy", ""]
+    text = ("pool %s is %s. %s" % (pool, state, problem)).strip()
+    return state, ["Healthy" if state in SERVING else "Unavailable", text]
 
 
-def stat_of(sr, row=None):
+def health(pool):
+    return pool_health(pool)[1]
+
+
+def stat_of(sr, row=None, sr_health=None):
     row = row or sr_row(sr)
     used, available = int(row["used"]), int(row["available"])
     return {"sr": sr, "uuid": row[meta.SR_UUID],
@@ -126,7 +147,7 @@ def stat_of(sr, row=None):
             "description": meta.decode_text(row[meta.SR_DESCRIPTION]),
             "free_space": available, "total_space": used + available,
             "datasources": [], "clustered": False,
-            "health": health(pool_of(sr))}
+            "health": sr_health or health(pool_of(sr))}
 
 
 # --- create ---------------------------------------------------------------------
@@ -368,7 +389,12 @@ def destroy(dbg, sr):
 # --- the rest ---------------------------------------------------------------------------
 
 def stat(dbg, sr):
-    return stat_of(sr)
+    """The SR's record; a pool problem is also logged and, when it changed,
+    sent as a XenAPI message in the background (``alert``)."""
+    row = sr_row(sr)
+    state, sr_health = pool_health(pool_of(sr))
+    alert.report(row[meta.SR_UUID], pool_of(sr), state, sr_health)
+    return stat_of(sr, row, sr_health)
 
 
 def set_name(dbg, sr, new_name):

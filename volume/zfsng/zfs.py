@@ -294,8 +294,17 @@ def importable_pools(search_dirs=()):
     return [p for p in pools if p["guid"]]
 
 
-def pool_status(name):
-    """``zpool status -P`` text (for health reasons and diagnostics)."""
+def pool_status(name, problems_only=False):
+    """``zpool status -P`` text (for health reasons and diagnostics).
+
+    problems_only adds ``-x``: a pool with nothing wrong prints only
+    "pool '<name>' is healthy", without a status sentence or config. -x
+    also leaves out the notices that are no problem (features not enabled,
+    an older on-disk version) while keeping resilvers, data errors and
+    faulted cache or log devices, which leave a pool ONLINE.
+    """
+    if problems_only:
+        return zpool("status", "-x", "-P", "--", name)
     return zpool("status", "-P", "--", name)
 
 

@@ -1,0 +1,246 @@
+"""Telling the admin about pool health: SMlog, Plugin.diagnostics and a
+XenAPI message sent in the background, once per change, never waited for.
+
+The messages go to a fake ``xe`` (a shell script in the test's directory)
+started for real through ``runner.spawn_detached``, so these tests also
+show that the call neither waits for xe nor shares a pipe or a session
+with it.
+"""
+
+import fcntl
+import os
+import time
+
+import pytest
+
+from zfsng import alert, lock, runner
+
+from conftest import SR_UUID, call, create_sr
+
+RECORDING_XE = """#!/bin/sh
+# one line per message: the arguments, tab-separated
+(IFS='\t'; printf '%%s\\n' "$*") >> %(log)s
+echo "junk on stdout"; echo "junk on stderr" >&2
+"""
+
+HANGING_XE = """#!/bin/sh
+echo $$ > %(log)s.pid
+exec sleep 60
+"""
+
+
+@pytest.fixture
+def xe(tmp_path, monkeypatch):
+    """A recording fake xe, a fresh run dir; returns messages(count)."""
+    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "run"))
+    log = tmp_path / "xe.log"
+    script = tmp_path / "xe"
+    script.write_text(RECORDING_XE % {"log": log})
+    script.chmod(0o755)
+    monkeypatch.setattr(alert, "XE", str(script))
+
+    def messages(count, wait=10.0):
+        """The messages once count have arrived (xe runs in the
+        background), checking a moment longer that no other comes."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            lines = log.read_text().splitlines() if log.exists() else []
+            if len(lines) >= count:
+                break
+            time.sleep(0.02)
+        time.sleep(0.2)
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [dict(arg.split("=", 1) for arg in line.split("\t")[1:])
+                for line in lines]
+    return messages
+
+
+def stat(sr):
+    return call("SR.stat", sr=sr)["health"]
+
+
+def test_a_message_per_change(fake, xe):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc /dev/sdd"})
+    assert stat(sr) == ["Healthy", ""]
+    assert xe(0, wait=0.3) == []            # healthy from the start: silent
+
+    fake.offline("/dev/sdc1")
+    text = stat(sr)[1]
+    stat(sr)
+    stat(sr)
+    [degraded] = xe(1)
+    assert degraded["name"] == "ZFSNG_POOL_DEGRADED"
+    assert degraded["priority"] == "2"
+    assert degraded["sr-uuid"] == SR_UUID
+    assert degraded["body"].startswith(text)
+    assert "stays usable" in degraded["body"]
+
+    fake.offline("/dev/sdd1")               # a second disk: a new problem
+    stat(sr)
+    assert "/dev/sdd1 OFFLINE" in xe(2)[1]["body"]
+
+    fake.set_health("tank", "SUSPENDED")
+    assert stat(sr)[0] == "Unavailable"
+    unavailable = xe(3)[2]
+    assert unavailable["name"] == "ZFSNG_POOL_SUSPENDED"
+    assert unavailable["priority"] == "1"
+
+    fake.set_health("tank", None)
+    fake.online("/dev/sdc1")
+    fake.online("/dev/sdd1")
+    assert stat(sr) == ["Healthy", ""]
+    stat(sr)
+    messages = xe(4)
+    assert len(messages) == 4
+    assert messages[3]["name"] == "ZFSNG_POOL_ONLINE"
+    assert messages[3]["priority"] == "5"
+
+
+def test_probe_sends_nothing(fake, xe):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.offline("/dev/sdc1")
+    [found] = call("SR.probe", configuration={})
+    assert found["sr"]["health"][0] == "Healthy"
+    assert xe(0, wait=0.3) == []
+
+
+def test_a_hanging_xe_never_delays_the_call(fake, tmp_path, monkeypatch):
+    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(alert, "XE_TIMEOUT", 2)
+    log = tmp_path / "xe.log"
+    script = tmp_path / "xe"
+    script.write_text(HANGING_XE % {"log": log})
+    script.chmod(0o755)
+    monkeypatch.setattr(alert, "XE", str(script))
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.offline("/dev/sdc1")
+    start = time.monotonic()
+    assert stat(sr)[0] == "Healthy"
+    assert time.monotonic() - start < 1.0
+    pid_file = tmp_path / "xe.log.pid"
+    deadline = time.monotonic() + 5
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int(pid_file.read_text())
+    assert os.getsid(pid) != os.getsid(0)   # its own session
+    # timeout(1) ends it after XE_TIMEOUT seconds
+    deadline = time.monotonic() + alert.XE_TIMEOUT + 5
+    while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists("/proc/%d" % pid)
+
+
+def test_without_xe_the_change_is_logged(fake, tmp_path, monkeypatch,
+                                         capsys):
+    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "run"))
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    capsys.readouterr()
+    fake.offline("/dev/sdc1")
+    stat(sr)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1        # SMlog: once per call
+    assert "reported to xapi as Healthy" in err and "/dev/sdc1" in err
+    assert "XenAPI message ZFSNG_POOL_DEGRADED (priority 2) on SR %s not " \
+        "sent: no %s" % (SR_UUID, alert.XE) in err
+    record = tmp_path / "run" / ("health-%s.json" % SR_UUID)
+    assert '"DEGRADED"' in record.read_text()
+    stat(sr)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "XenAPI" not in err
+
+
+def test_a_record_held_by_another_call_sends_nothing(fake, xe, tmp_path):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.offline("/dev/sdc1")
+    os.makedirs(lock.RUN_DIR, exist_ok=True)
+    path = os.path.join(lock.RUN_DIR, "health-%s.json" % SR_UUID)
+    with open(path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert stat(sr)[0] == "Healthy"     # no wait, no message
+        assert xe(0, wait=0.3) == []
+    stat(sr)
+    assert len(xe(1)) == 1
+
+
+def test_an_unusable_run_dir_does_not_fail_the_call(fake, tmp_path,
+                                                    monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    monkeypatch.setattr(lock, "RUN_DIR", str(blocker / "run"))
+    fake.offline("/dev/sdc1")
+    assert stat(sr)[0] == "Healthy"
+    assert "cannot record the health of SR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("state,health,name,priority", [
+    ("DEGRADED", ["Healthy", "pool t is DEGRADED."], "ZFSNG_POOL_DEGRADED", 2),
+    ("ONLINE", ["Healthy", "pool t is ONLINE. x"], "ZFSNG_POOL_ONLINE", 3),
+    ("ONLINE", ["Healthy", ""], "ZFSNG_POOL_ONLINE", 5),
+    ("FAULTED", ["Unavailable", "pool t is FAULTED."], "ZFSNG_POOL_FAULTED",
+     1),
+    ("UNAVAIL", ["Unavailable", "x"], "ZFSNG_POOL_UNAVAIL", 1),
+])
+def test_message(state, health, name, priority):
+    got = alert.message("t", state, health)
+    assert got[:2] == (name, priority)
+    assert "zpool status -v t" in got[2] or priority == 5
+
+
+# --- Plugin.diagnostics --------------------------------------------------------
+
+def test_diagnostics_lead_with_the_pool_problem(fake):
+    create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.offline("/dev/sdc1")
+    text = call("Plugin.diagnostics")
+    first = text.split("\n== ", 1)[0]
+    assert first.startswith("== pool health ==")
+    assert "tank is DEGRADED" in first and "/dev/sdc1 OFFLINE" in first
+    assert "SR reported to xapi as Healthy" in first
+
+
+def test_diagnostics_of_healthy_pools(fake):
+    create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    text = call("Plugin.diagnostics")
+    assert text.startswith("== pool health ==\nno problem: every pool")
+
+
+# --- runner.spawn_detached ------------------------------------------------------
+
+def test_spawn_detached_shares_nothing(tmp_path):
+    out = str(tmp_path / "out")
+    script = tmp_path / "probe"
+    script.write_text("#!/bin/sh\n"
+                      "fds=$(ls -l /proc/$$/fd)\n"   # before any redirect
+                      "echo \"$fds\" > %(out)s.fd\n"
+                      "echo $PPID > %(out)s.ppid\n"
+                      "cut -d' ' -f6 /proc/$$/stat > %(out)s.sid\n"
+                      "touch %(out)s.done\n" % {"out": out})
+    script.chmod(0o755)
+    keep = open(str(tmp_path / "held"), "w")    # a descriptor of ours
+    try:
+        start = time.monotonic()
+        runner.spawn_detached([str(script)])
+        assert time.monotonic() - start < 1.0
+        deadline = time.monotonic() + 5
+        while not os.path.exists(out + ".done") and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        keep.close()
+
+    def read(suffix):
+        with open(out + suffix) as f:
+            return f.read()
+    assert int(read(".ppid")) != os.getpid()    # not our child
+    assert int(read(".sid")) != os.getsid(0)    # its own session
+    fds = dict((left.split()[-1], right.strip()) for left, right in
+               (line.split(" -> ", 1) for line in read(".fd").splitlines()
+                if " -> " in line))
+    assert fds["0"] == fds["1"] == fds["2"] == "/dev/null"
+    assert str(tmp_path / "held") not in fds.values()
+
+
+def test_spawn_detached_of_a_missing_program(tmp_path):
+    with pytest.raises(OSError):
+        runner.spawn_detached([str(tmp_path / "nothing")])

@@ -1,0 +1,120 @@
+"""Telling the admin about a pool's health: SMlog and a XenAPI message.
+
+SR.stat reports a pool that still serves every block (DEGRADED, a resilver,
+a faulted cache or log device...) as Healthy, because xapi fails every
+SR.scan of an SR that is not (``sr.pool_health`` says why), and xapi shows
+nothing of Healthy's text. So this module tells the admin instead:
+
+- SMlog: a warning on every SR.stat that finds a problem;
+- a XenAPI message on the SR (an alert in Xen Orchestra and XenCenter), once
+  each time the problem changes, and once when the pool is clean again.
+
+The plugin never waits on xapi. It runs while xapi waits for its answer
+(SR.scan calls SR.stat), and ``xe message-create`` is a call into xapi: run
+in the call, it could wait on xapi (a busy master, a pool member whose
+master is away) and delay, or deadlock, the very call xapi is waiting for.
+So the message is sent by a detached process (``runner.spawn_detached``:
+own session, /dev/null for stdin, stdout and stderr, never waited for),
+killed by ``timeout`` after XE_TIMEOUT seconds; whether it is delivered
+does not change the call's answer. A change is seen by comparing with the
+last health recorded for the SR in ``<lock.RUN_DIR>/health-<sr uuid>.json``
+(no record: healthy). RUN_DIR is in /run, so after a reboot a pool that is
+still unwell is announced once again. Without ``xe`` (not an XCP-ng host)
+the message is only logged.
+"""
+
+import errno
+import fcntl
+import json
+import os
+
+from zfsng import lock, log, names, runner
+
+XE = "/opt/xensource/bin/xe"
+XE_TIMEOUT = 30     # seconds before the background xe is killed
+CLEAN = ["Healthy", ""]
+
+
+def report(sr_uuid, pool, state, health):
+    """Tell the admin about pool's health as SR.stat found it: state is
+    zpool's, health the v5 value sent to xapi. Never raises, never waits."""
+    if health != CLEAN:
+        log.warning("SR %s: %s (reported to xapi as %s)", sr_uuid,
+                    health[1], health[0])
+    if not names.is_uuid(sr_uuid):
+        return
+    try:
+        changed = _record(sr_uuid, {"state": state, "health": health})
+    except (IOError, OSError) as exc:
+        log.warning("cannot record the health of SR %s: %s", sr_uuid, exc)
+        return
+    if changed:
+        _send(sr_uuid, *message(pool, state, health))
+
+
+def _record(sr_uuid, seen):
+    """Store seen as the SR's last health; True if that changed it.
+
+    The record is read and written under a flock of its own file, never
+    waited for: a call that finds it held leaves the record to the holder
+    (its next SR.stat compares again), so one change gives one message.
+    """
+    os.makedirs(lock.RUN_DIR, 0o700, exist_ok=True)
+    path = os.path.join(lock.RUN_DIR, "health-%s.json" % sr_uuid)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (IOError, OSError) as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        try:
+            last = json.loads(f.read() or "null")
+        except ValueError:
+            last = None
+        if last == seen or (last is None and seen["health"] == CLEAN):
+            return False
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(seen))   # ASCII: json escapes the rest
+        return True
+
+
+def message(pool, state, health):
+    """(name, priority, body) of the XenAPI message for a new health.
+
+    Priorities as XenCenter and Xen Orchestra read them: 1 critical (the SR
+    is unusable), 2 major (redundancy lost), 3 warning (another problem of
+    a pool that serves all its data), 5 information (clean again).
+    """
+    kind, text = health
+    name = "ZFSNG_POOL_" + "".join(c for c in state if c.isalnum()).upper()
+    see = " See 'zpool status -v %s'." % pool
+    if kind != "Healthy":
+        return (name, 1, "%s The SR is %s: xapi refuses to scan it until the "
+                "pool is repaired.%s" % (text, kind, see))
+    if text:
+        return (name, 2 if state == "DEGRADED" else 3,
+                "%s The SR stays usable: ZFS still serves every block. "
+                "Repair the pool soon.%s" % (text, see))
+    return (name, 5, "pool %s is %s again, with no problem to report."
+            % (pool, state))
+
+
+def _send(sr_uuid, name, priority, body):
+    """Start ``xe message-create`` in the background, or log why not."""
+    what = "XenAPI message %s (priority %d) on SR %s" % (name, priority,
+                                                         sr_uuid)
+    if not os.access(XE, os.X_OK):
+        log.info("%s not sent: no %s on this host", what, XE)
+        return
+    argv = ["timeout", "-k", "5", str(XE_TIMEOUT), XE, "message-create",
+            "name=" + name, "priority=%d" % priority, "sr-uuid=" + sr_uuid,
+            "body=" + body]
+    try:
+        runner.spawn_detached(argv)
+    except OSError as exc:
+        log.warning("%s not sent: %s", what, exc)
+        return
+    log.info("%s: xe started in the background", what)
