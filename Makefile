@@ -34,7 +34,8 @@ ZFS           ?= 2.3
 
 .PHONY: all install deps check test-unit test-protocol lint-py36 bench \
         test-unit-py36 test-protocol-py36 \
-        test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version
+        test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
+        test-multihost-2.1 test-multihost-2.3
 
 all:
 	@echo "zfs-ng $(VERSION): see 'make check', 'make demo', 'make install'"
@@ -149,6 +150,14 @@ test-guest-2.3:
 
 test-guest: test-guest-$(ZFS)
 
+# Two guests, distinct hostids, one shared disk: a pool one host holds
+# cannot be attached, force-imported or probed by the other.
+test-multihost-2.1:
+	bash tests/guest/multihost.sh --zfs 2.1
+
+test-multihost-2.3:
+	bash tests/guest/multihost.sh --zfs 2.3
+
 # Runs inside the guest (tests/guest/run.sh): the integration tests against
 # the installed executables on real OpenZFS.
 guest-tests: guest-install
@@ -167,7 +176,7 @@ guest-install:
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
 check: test-unit test-protocol test-unit-py36 test-protocol-py36 lint-py36 \
-       test-rpm test-guest-2.1 test-guest-2.3
+       test-rpm test-guest-2.1 test-guest-2.3 test-multihost-2.1 test-multihost-2.3
 
 # --- the newcomer's demo ----------------------------------------------------------
 demo:

@@ -12,6 +12,7 @@ results are type-checked against the v5 interface on every call.
 """
 
 import os
+import struct
 import sys
 
 import pytest
@@ -24,7 +25,8 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import alert, lock, plugin, runner, sr, volume, wire  # noqa: E402
+from zfsng import alert, hostid, lock, plugin, runner, sr, volume, \
+    wire  # noqa: E402
 
 import fakezfs  # noqa: E402
 
@@ -48,6 +50,12 @@ def isolated(run_dir, monkeypatch):
     """No real command; locks in the session's own directory."""
     monkeypatch.setattr(lock, "RUN_DIR", run_dir)
     monkeypatch.setattr(alert, "XE", os.path.join(run_dir, "no-xe"))
+    # This host's ZFS hostid, as zgenhostid writes it (multihost needs one)
+    hostid_file = os.path.join(run_dir, "hostid")
+    with open(hostid_file, "wb") as f:
+        f.write(struct.pack("=I", 0x5eed1d05))
+    monkeypatch.setattr(hostid, "HOSTID_FILE", hostid_file)
+    monkeypatch.setattr(hostid, "SPL_PARAM", os.path.join(run_dir, "no-spl"))
     old = runner.set_runner(_refuse)
     yield
     runner.set_runner(old)

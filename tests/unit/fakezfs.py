@@ -907,6 +907,7 @@ class FakeZfs(object):
             "altroot": "-", "readonly": "on" if pool.readonly else "off",
             "cachefile": pool.props.get("cachefile", "-"),
             "ashift": pool.props.get("ashift", "0"),
+            "multihost": pool.props.get("multihost", "off"),
         }
         if prop not in values:
             raise CommandError("property '%s' is not a valid pool or vdev "
@@ -1085,7 +1086,8 @@ class FakeZfs(object):
                     raise CommandError("property 'ashift' number %s is "
                                        "invalid." % val, rc=2)
                 if key not in ("cachefile", "ashift", "autotrim",
-                               "autoexpand", "comment", "compatibility"):
+                               "autoexpand", "comment", "compatibility",
+                               "multihost"):
                     raise CommandError("property '%s' is not a valid pool or"
                                        " vdev property" % key, rc=2)
                 pool_props[key] = val

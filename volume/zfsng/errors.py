@@ -108,6 +108,15 @@ class PoolNotFound(ZfsError):
     """
 
 
+class PoolImportedElsewhere(ZfsError):
+    """The pool is imported by another host (multihost protection saw its
+    writes, or its labels say so): importing it here would corrupt it."""
+
+
+class HostIdMissing(StorageError):
+    """This host has no ZFS hostid, which multihost protection needs."""
+
+
 class DatasetNotFound(ZfsError):
     """zfs said the dataset does not exist."""
 

@@ -11,8 +11,8 @@ child dataset.
 import json
 import os
 
-from zfsng import alert, devconfig, devices, errors, log, lock, meta, \
-    names, runner, zfs
+from zfsng import alert, devconfig, devices, errors, hostid, log, lock, \
+    meta, names, runner, zfs
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -192,7 +192,10 @@ def _choose_pool_name(uuid, cfg, name):
 def _create_pool(uuid, cfg, name, description):
     pool = _choose_pool_name(uuid, cfg, name)
     devices.check_free(cfg.devices, cfg.force)
-    pool_props = {"cachefile": "none"}
+    # multihost: no second host can import it while this one has it
+    # (see hostid); it needs this host's hostid.
+    hostid.require()
+    pool_props = {"cachefile": "none", "multihost": "on"}
     if cfg.ashift is not None:
         pool_props["ashift"] = str(cfg.ashift)
     log.info("creating pool %s on %s", pool, " ".join(cfg.vdev_args))
@@ -273,6 +276,14 @@ def _ensure_imported(cfg):
         log.info("importing pool with guid %s", cfg.pool_guid)
         try:
             zfs.import_pool(cfg.pool_guid)
+        except errors.PoolImportedElsewhere as exc:
+            raise errors.PoolImportedElsewhere(
+                "the SR's pool (guid %s) is, or was last, imported by "
+                "another host; importing it here too would corrupt it. If "
+                "that host runs, detach the SR there first; if it is down "
+                "for good, run 'zpool import -f -o cachefile=none %s' here "
+                "and plug the PBD again. ZFS said: %s"
+                % (cfg.pool_guid, cfg.pool_guid, exc.message))
         except errors.ZfsError as exc:
             raise errors.PoolNotFound(
                 "cannot import the SR's pool (guid %s): %s"

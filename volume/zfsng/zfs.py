@@ -20,6 +20,13 @@ from zfsng import errors, log, runner
 _ERROR_PATTERNS = [
     (re.compile(r"dataset does not exist|could not find any snapshots"),
      errors.DatasetNotFound),
+    # zpool import of a pool another host holds: multihost saw its writes
+    # ("pool is imported on host 'x' (hostid=...)", or on 2.1 by guid
+    # "pool is imported on x (hostid: 0x...)"), or its labels name another
+    # hostid ("previously in use from another system").
+    (re.compile(r"pool is imported on |in use from another system|"
+                r"imported by another system"),
+     errors.PoolImportedElsewhere),
     (re.compile(r"no such pool|pool not found|no such pool or dataset"),
      errors.PoolNotFound),
     (re.compile(r"dataset already exists|pool already exists"),
