@@ -91,3 +91,9 @@ def test_attach_never_forces_an_import(fake):
     assert "-f" not in argv
 
 
+
+
+def test_diagnostics_show_the_hostid(fake, monkeypatch, tmp_path):
+    assert "hostid ==\n5eed1d05" in call("Plugin.diagnostics")
+    monkeypatch.setattr(hostid, "HOSTID_FILE", str(tmp_path / "absent"))
+    assert "zgenhostid" in call("Plugin.diagnostics")

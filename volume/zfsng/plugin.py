@@ -1,6 +1,6 @@
 """Plugin.*: what zfs-ng is, what it can do, and a report for support."""
 
-from zfsng import VERSION, devconfig, errors, meta, sr as srmod, zfs
+from zfsng import VERSION, devconfig, errors, hostid, meta, sr as srmod, zfs
 
 # Declared honestly: only what works end to end. xapi-storage-script adds
 # the SR_*/VDI_* features of every method executable on its own.
@@ -62,10 +62,22 @@ def _pool_problems(pools):
                                 " is ONLINE and 'zpool status -x' is clean")
 
 
+def _hostid_line():
+    """Multihost protection tells hosts apart by hostid: say which one this
+    host has, or that it has none."""
+    value = hostid.current()
+    if not value:
+        return ("none: pools cannot have multihost protection; run "
+                "'zgenhostid' (see README, shared disks)")
+    return "%s (must differ on every host that sees the same disks)" \
+        % hostid.text(value)
+
+
 def diagnostics(dbg):
     """A readable report: the pools' problems first, then the ZFS version,
     each SR's pool status and settings."""
     out = [_section("zfs-ng", "version %s" % VERSION)]
+    out.append(_section("hostid", _hostid_line()))
     try:
         out.append(_section("ZFS", zfs.version()))
         srs = srmod.find_srs()
