@@ -1,8 +1,9 @@
 #!/bin/bash
 # Two hosts, one LUN: two guests with distinct hostids share one disk file.
 # Guest A creates an SR there and keeps it; guest B, meanwhile, must fail
-# to attach it, to force-import it and to probe it. Then A checks its data
-# and detaches. See tests/integration/multihost_guest.py.
+# to attach it, to force-import it and to probe it; guest C, with A's hostid
+# but another host name (a cloned host), must fail to attach it. Then A
+# checks its data and detaches. See tests/integration/multihost_guest.py.
 #
 #   multihost.sh [--zfs 2.1|2.3]
 set -euo pipefail
@@ -18,13 +19,13 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-mkdir "$tmp/a" "$tmp/b"
+mkdir "$tmp/a" "$tmp/b" "$tmp/c"
 truncate -s 1G "$tmp/shared.raw"
 
-guest() {   # guest <results dir> <hostid> <role>
+guest() {   # guest <results dir> <hostid> <role> [hostname]
     bash "$here/run.sh" --zfs "$zfs" --disks 0 --hostid "$2" \
         --shared-disk "$tmp/shared.raw" --results "$1" --timeout 2400 -- \
-        sh -c "make -s guest-install && python3 tests/integration/multihost_guest.py $3"
+        sh -c "hostname ${4:-zfsng-guest} && make -s guest-install && python3 tests/integration/multihost_guest.py $3"
 }
 
 echo "multihost: host A (hostid 0a0a0a0a) creates the SR" >&2
@@ -46,11 +47,16 @@ cp "$tmp/a/config.json" "$tmp/b/"
 brc=0
 guest "$tmp/b" 0b0b0b0b intrude || brc=$?
 
+echo "multihost: host C (A's hostid, another name: a clone) tries" >&2
+cp "$tmp/a/config.json" "$tmp/c/"
+crc=0
+guest "$tmp/c" 0a0a0a0a clone zfsng-clone || crc=$?
+
 touch "$tmp/a/release"
 arc=0
 wait "$apid" || arc=$?
 apid=
 echo "--- host A ---" >&2
 cat "$tmp/a.log" >&2
-echo "multihost: host A exit $arc, host B exit $brc" >&2
-[ "$arc" -eq 0 ] && [ "$brc" -eq 0 ]
+echo "multihost: host A exit $arc, host B exit $brc, host C exit $crc" >&2
+[ "$arc" -eq 0 ] && [ "$brc" -eq 0 ] && [ "$crc" -eq 0 ]

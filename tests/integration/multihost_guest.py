@@ -9,6 +9,8 @@ Two QEMU guests with distinct hostids see one shared disk
   multihost_guest.py intrude  host B, while A holds it: attaching the SR,
                               a forced import and a probe must all fail to
                               take the pool, with typed errors
+  multihost_guest.py clone    host C, A's hostid but another name (a cloned
+                              host): attaching the SR must fail too
 
 Results and the hand-over go through /results (the host's directory):
 config.json (A's stored SR config), ready, release, <role>.json.
@@ -118,9 +120,30 @@ def intrude(plugin):
     return ok
 
 
+def clone(plugin):
+    """A host cloned from A's image: A's hostid, another name. Multihost
+    cannot tell the two apart (OpenZFS before 2.3.6 skips its check when
+    the hostids are equal); zfs-ng's label check must refuse."""
+    with open(os.path.join(RESULTS, "config.json")) as f:
+        stored = json.load(f)
+    ok = True
+    try:
+        plugin("SR.attach", configuration=stored)
+        ok &= check(False, "SR.attach refused")
+    except PluginError as exc:
+        ok &= check(exc.name == "PoolImportedElsewhere" and
+                    "zfsng-guest" in exc.params[1],
+                    "SR.attach refused, naming host A: %s" % exc.params)
+    ok &= check(sh("zpool", "list", "-H", "-o", "name")[1].strip() == "",
+                "no pool imported here")
+    put("clone.json", {"ok": ok})
+    return ok
+
+
 def main(role):
     plugin = Plugin(ROOT, env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
-    return 0 if {"hold": hold, "intrude": intrude}[role](plugin) else 1
+    roles = {"hold": hold, "intrude": intrude, "clone": clone}
+    return 0 if roles[role](plugin) else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ the pool's free space (plus the unconsumed refreservation of a volume), and
 a thick volume's refreservation is its size plus block-pointer overhead.
 """
 
+import os
 import re
 import shlex
 
@@ -42,7 +43,7 @@ GiB = 1024 * MiB
 TiB = 1024 * GiB
 
 ZFS_VERSION = "zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n"
-PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm")
+PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm", "zdb")
 MUTATING = {
     ("zpool", "create"), ("zpool", "import"), ("zpool", "export"),
     ("zpool", "destroy"), ("zpool", "labelclear"), ("zfs", "create"),
@@ -175,6 +176,9 @@ class Pool(object):
         self.resilvering = False    # zpool status: a resilver is running
         self.datasets = {}          # name -> Dataset (all types)
         self.txg = 4
+        # (hostid, hostname) of another host that has it imported, as its
+        # labels say (an exported pool here, imported there): see _zdb
+        self.elsewhere = None
 
     def leaves(self):
         return [leaf for vdev in self.vdevs for leaf in vdev.leaves]
@@ -264,6 +268,9 @@ class FakeZfs(object):
         self.devices = {}
         self.pools = []             # every pool ever made, any state
         self.injected = []          # [prefix, rc, err, times]
+        # This host, as the labels of the pools it imports record it (the
+        # hostid is the one tests/unit/conftest.py gives the plugin).
+        self.hostid, self.hostname = 0x5eed1d05, os.uname()[1]
         self._guid = 9 * 10 ** 18 + 170000000000000
         self.default_volblocksize = DEFAULT_VOLBLOCKSIZE
         # Not OpenZFS: a cap of 4096 bytes on user property values that
@@ -306,8 +313,36 @@ class FakeZfs(object):
             return runner.Result(argv, 0, out[0], out[1])
         return runner.Result(argv, 0, out or "", "")
 
+    def _zdb(self, argv):
+        """``zdb -l -- <device>``: the first label's pool facts."""
+        if argv[1:3] != ["-l", "--"] or len(argv) != 4:
+            raise _Unknown()
+        dev = self.devices.get(argv[3])
+        pools = [p for p in self.pools
+                 if dev is not None and dev.label and
+                 p.guid == dev.label["guid"]]
+        if not pools:
+            raise CommandError("failed to unpack label 0\nfailed to unpack "
+                               "label 1\nfailed to unpack label 2\nfailed "
+                               "to unpack label 3", rc=2)
+        pool = pools[-1]
+        state = {"ACTIVE": 0, "EXPORTED": 1}.get(pool.state, 2)
+        hostid, hostname = self.hostid, self.hostname
+        if pool.elsewhere and pool.state == "EXPORTED":
+            state, (hostid, hostname) = 0, pool.elsewhere
+        return ("------------------------------------\nLABEL 0\n"
+                "------------------------------------\n"
+                "    version: 5000\n    name: '%s'\n    state: %d\n"
+                "    txg: %d\n    pool_guid: %s\n    errata: 0\n"
+                "    hostid: %d\n    hostname: '%s'\n"
+                "    top_guid: %s\n    guid: %s\n"
+                % (pool.name, state, pool.txg, pool.guid, hostid, hostname,
+                   dev.label["leaf_guid"], dev.label["leaf_guid"]))
+
     def _handler(self, argv):
         prog = argv[0]
+        if prog == "zdb":
+            return self._zdb
         if prog in ("zpool", "zfs", "udevadm") and len(argv) > 1:
             return getattr(self, "_%s_%s" % (prog, argv[1]), None)
         if prog in ("lsblk", "blkid", "wipefs"):
@@ -1203,6 +1238,15 @@ class FakeZfs(object):
             raise CommandError("cannot import '%s': no such pool available"
                                % target)
         pool = found[0]
+        if pool.elsewhere and pool.elsewhere[0] != self.hostid:
+            # multihost sees the other host's writes (OpenZFS before 2.3.6
+            # skips the check when the hostid is ours: then it imports)
+            raise CommandError(
+                "cannot import '%s': pool is imported on host '%s' "
+                "(hostid=%x).\nExport the pool on the other system, then run"
+                " 'zpool import'." % (pool.name, pool.elsewhere[1],
+                                      pool.elsewhere[0]))
+        pool.elsewhere = None
         if len(args) == 2:                  # zpool import <id> <newname>
             self._rename_pool(pool, args[1])
         if self._active_pool(pool.name):

@@ -97,3 +97,41 @@ def test_diagnostics_show_the_hostid(fake, monkeypatch, tmp_path):
     assert "hostid ==\n5eed1d05" in call("Plugin.diagnostics")
     monkeypatch.setattr(hostid, "HOSTID_FILE", str(tmp_path / "absent"))
     assert "zgenhostid" in call("Plugin.diagnostics")
+
+
+# --- cloned hosts: one hostid, two hosts -------------------------------------
+
+def _held_by(fake, stored, host):
+    """The SR's pool as another host left it imported (its labels)."""
+    call("SR.detach", sr="tank")
+    fake.pool("tank", state="EXPORTED").elsewhere = host
+
+
+def test_a_pool_held_by_a_host_with_our_hostid_is_refused(fake):
+    # Multihost cannot tell two hosts with one hostid apart, and the fake
+    # imports such a pool as OpenZFS before 2.3.6 does: zfs-ng must not.
+    sr, stored = create_sr()
+    _held_by(fake, stored, (fake.hostid, "xcp-clone"))
+    mark = len(fake.calls)
+    with pytest.raises(errors.PoolImportedElsewhere) as info:
+        call("SR.attach", configuration=stored)
+    assert "xcp-clone" in info.value.message
+    assert "zgenhostid" in info.value.message
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == []
+
+
+def test_our_own_pool_after_a_crash_is_imported(fake):
+    # Same hostid, same name: this host, before it crashed
+    sr, stored = create_sr()
+    _held_by(fake, stored, (fake.hostid, fake.hostname))
+    assert call("SR.attach", configuration=stored) == sr
+
+
+def test_a_pool_held_by_a_host_with_another_hostid_is_zfs_own_refusal(fake):
+    sr, stored = create_sr()
+    _held_by(fake, stored, (0x0b0b0b0b, "xcp2"))
+    with pytest.raises(errors.PoolImportedElsewhere) as info:
+        call("SR.attach", configuration=stored)
+    assert "xcp2" in info.value.message
+    assert fake.imported() == []

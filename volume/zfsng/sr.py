@@ -261,6 +261,44 @@ def create(dbg, uuid, configuration, name, description):
 
 # --- attach / detach -------------------------------------------------------------
 
+def _label_of(cfg):
+    """The ZFS label of the SR's pool on one of its configured disks (or
+    their partitions), or None when none can be read."""
+    for device in cfg.devices:
+        for member in devices.family(device):
+            label = zfs.read_label(member)
+            if label and label.get("pool_guid") == cfg.pool_guid:
+                return label
+    return None
+
+
+def _refuse_a_clones_pool(cfg):
+    """Refuse a pool that another host with this host's hostid imported.
+
+    Multihost protection tells hosts apart by hostid, and OpenZFS before
+    2.3.6 skips its check when the pool's hostid is ours: two hosts cloned
+    from one image would both import the pool. The labels also record the
+    importing host's name, so a pool still marked imported (state 0) by a
+    host with our hostid but another name is refused. (The same host after
+    a crash has our name; an exported pool is state 1.)
+    """
+    label = _label_of(cfg)
+    if label is None or label.get("state") != "0" or \
+            label.get("hostid") != str(hostid.current()):
+        return   # ZFS's own checks decide
+    me = os.uname()[1]
+    if label.get("hostname") in (None, "", me):
+        return
+    raise errors.PoolImportedElsewhere(
+        "the SR's pool (guid %s) is marked imported by host '%s', which has "
+        "this host's hostid %s: cloned hosts? Multihost protection cannot "
+        "tell them apart. Give each host its own hostid (zgenhostid -f), "
+        "then detach the SR on '%s', or, if that host is down for good, "
+        "run 'zpool import -f -o cachefile=none %s' here and plug the PBD "
+        "again" % (cfg.pool_guid, label["hostname"], hostid.text(),
+                   label["hostname"], cfg.pool_guid))
+
+
 def _ensure_imported(cfg):
     """The name of the SR's pool, importing it if zfs-ng owns it."""
     if cfg.pool_guid:
@@ -273,6 +311,7 @@ def _ensure_imported(cfg):
                 "pools it did not create: import it, then plug the PBD"
                 % (pool_of(cfg.parent) if cfg.parent else "?",
                    cfg.pool_guid))
+        _refuse_a_clones_pool(cfg)
         log.info("importing pool with guid %s", cfg.pool_guid)
         try:
             zfs.import_pool(cfg.pool_guid)

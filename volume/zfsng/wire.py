@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from zfsng import errors, log
+from zfsng import errors, log, runner
 
 
 # --- types ------------------------------------------------------------------
@@ -317,6 +317,7 @@ def _read_args():
 
 def main(argv, interfaces, handlers):
     """Entry point of every method executable; returns the exit status."""
+    runner.start_call()   # the call's deadline: see runner
     name = os.path.basename(argv[0])
     method = resolve_method(name, interfaces)
     log.setup(method or name)

@@ -272,6 +272,24 @@ def destroy_pool(name):
     zpool("destroy", "--", name)
 
 
+_LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname")
+
+
+def read_label(device):
+    """The pool facts in a device's first readable ZFS label, from
+    ``zdb -l``: {name, state, pool_guid, hostid, hostname} (values as zdb
+    prints them, quotes removed; state "0" is imported, "1" exported), or
+    None when the device holds no label. Reads the device only.
+    """
+    result = runner.run(["zdb", "-l", "--", device])
+    label = {}
+    for line in result.out.splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep and key in _LABEL_KEYS and key not in label:
+            label[key] = value.strip().strip("'")
+    return label if label.get("pool_guid") else None
+
+
 def labelclear(device):
     zpool("labelclear", "-f", "--", device)
 
