@@ -4,14 +4,16 @@ The calls, as xapi makes them for one VBD (shared/smapiv3.md):
   open(persistent)       at VM start (epoch_begin), for every VDI
   attach(domain)         -> XenDisk (tapdisk's device, backend vbd3) for a
                             guest, plus a BlockDevice (the zvol); a dom0
-                            attach (domain u0-...) needs only the BlockDevice
+                            attach (domain u0_..., or 0: see uri.py) needs
+                            only the BlockDevice
   activate[_readonly]    tapdisk opens the zvol (aio:, O_DIRECT, -R)
   deactivate, detach     undo; detach never fails
   close                  at VM shutdown (epoch_end)
 
-Every call is idempotent and repairs what it finds: it reads this host's
-state file for (URI, domain), then checks it against reality (``tap-ctl
-list``, ZFS, /dev/zvol) and does only the steps still missing. A tapdisk
+Only zfs-ng VDIs are touched (scope.py). Every call is idempotent and
+repairs what it finds: it reads this host's state file for (URI, domain),
+then checks it against reality (``tap-ctl list``, ZFS, /dev/zvol) and does
+only the steps still missing. A tapdisk
 that died is replaced by a new one on the same minor (the guest's device
 path does not change); after a host reboot the state is empty and xapi
 attaches afresh. A call that fails undoes what it made (no tapdisk, minor
@@ -35,25 +37,22 @@ ZFS (``zfs destroy -d``) until the clone goes at detach. The volume plugin
 never lists it (its name is no uuid and it has no ``vdi`` property of its
 own: a clone does not inherit the origin's local properties) nor collects
 it. One clone serves every domain that attaches the snapshot; the last
-detach destroys it. A clone left by a host that crashed carries another
-boot id: the next snapshot attach or detach in that SR destroys it.
+detach destroys it. A clone no state file of this host uses (its detach
+failed to destroy it, or the host crashed) is destroyed by the next attach,
+detach, open or close in that SR, and the volume plugin's collector then
+frees what it kept alive (a hidden parent). The clone is named after the
+snapshot's uuid alone, and a state file is found by it too: a reset moves a
+snapshot to another zvol (reset.py), which changes its URI, not its clone.
 
-Non-persistent disks (feature NONPERSISTENT): ``open(persistent=false)``
-takes ``<vol>@zfsng-nonpersistent``; ``close`` rolls the zvol back to it and
-destroys it: the reset is instant, with no clone and no copy. The snapshot
-is no VDI (its inherited ``vdi`` value is the zvol's uuid, not its own
-name). A reset left pending (host crash while the VM ran, so no close) is
-done by the next open: rolled back for a new non-persistent run, rolled back
-and dropped for a persistent one. ``zfs rollback`` is never given ``-r``:
-if a VDI snapshot was taken after the reset point, the reset is refused
-(NonpersistentResetBlocked) rather than destroy that snapshot.
+Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import errors, lock, log, meta, zfs
+from zfsng import errors, lock, log, meta, volume, zfs
 
-from zfsng_datapath import device, state, tapctl, uri as urimod
-from zfsng_datapath.errors import NonpersistentResetBlocked, NotAttached, \
-    TapdiskError, TapdiskUnavailable
+from zfsng_datapath import device, reset, scope, state, tapctl, \
+    uri as urimod
+from zfsng_datapath.errors import NotAttached, TapdiskError, \
+    TapdiskUnavailable
 
 NONPERSISTENT_SNAPSHOT = meta.NONPERSISTENT_SNAPSHOT
 CLONE_SUFFIX = ".ro"
@@ -74,10 +73,20 @@ def _call_lock(target):
 
 
 def _row(name, columns):
-    try:
-        return zfs.get_one(name, columns)
-    except (errors.DatasetNotFound, errors.PoolNotFound):
-        return None
+    return scope.row(name, columns)
+
+
+def _load(target, domain):
+    """This host's state for (URI, domain), or None. A snapshot VDI's
+    state is also found by its clone (same snapshot uuid and domain): a
+    reset that set its zvol aside (reset.py) changed its URI."""
+    st = state.load(target.dataset, domain)
+    if st is None and target.snapshot is not None:
+        clone = clone_name(target)
+        for other in state.all_states():
+            if other.get("clone") == clone and other.get("domain") == domain:
+                return other
+    return st
 
 
 # --- snapshot VDIs: the temporary read-only clone ---------------------------
@@ -87,34 +96,36 @@ def clone_name(target):
 
 
 def _is_our_clone(row, target):
-    return row is not None and row.get("origin") == target.dataset and \
-        row.get(CLONE_PROP) is not None and row.get("type") == "volume"
+    """zfs-ng's clone of the URI's snapshot, wherever a reset moved that
+    snapshot within the SR (snapshot uuids are unique)."""
+    if row is None or row.get(CLONE_PROP) is None or \
+            row.get("type") != "volume":
+        return False
+    head, _, snap = (row.get("origin") or "").partition("@")
+    return snap == target.snapshot and head.rsplit("/", 1)[0] == target.sr
 
 
 _CLONE_COLUMNS = ["name", "type", "origin", CLONE_PROP]
 
 
 def _ensure_clone(target):
-    """Make (or adopt) the snapshot's clone; return (name, made_now)."""
+    """Make (or adopt) the snapshot's clone; return (name, made_now).
+    Caller holds the SR lock, and checked the snapshot is a VDI."""
     name = clone_name(target)
     boot = _boot_id()
-    with lock.sr_lock(target.sr):
-        row = _row(name, _CLONE_COLUMNS)
-        if row is not None:
-            if not _is_our_clone(row, target):
-                raise errors.DatasetExists(
-                    "%s exists and is not zfs-ng's clone of %s: rename or "
-                    "remove it" % (name, target.dataset))
-            if row[CLONE_PROP] != boot:
-                zfs.set_props(name, {CLONE_PROP: boot})  # this boot's now
-            return name, False
-        if _row(target.dataset, ["name"]) is None:
-            raise errors.Volume_does_not_exist(target.snapshot)
-        log.info("cloning %s to %s (read-only) for the datapath",
-                 target.dataset, name)
-        zfs.clone(target.dataset, name, {"readonly": "on", CLONE_PROP: boot})
-        _sweep(target.sr, keep=name)
-        return name, True
+    row = _row(name, _CLONE_COLUMNS)
+    if row is not None:
+        if not _is_our_clone(row, target):
+            raise errors.DatasetExists(
+                "%s exists and is not zfs-ng's clone of %s: rename or "
+                "remove it" % (name, target.dataset))
+        if row[CLONE_PROP] != boot:
+            zfs.set_props(name, {CLONE_PROP: boot})  # this boot's now
+        return name, False
+    log.info("cloning %s to %s (read-only) for the datapath",
+             target.dataset, name)
+    zfs.clone(target.dataset, name, {"readonly": "on", CLONE_PROP: boot})
+    return name, True
 
 
 def _users(clone, but=None):
@@ -132,6 +143,7 @@ def _drop_clone(target, name, but=None):
     try:
         with lock.sr_lock(target.sr):
             row = _row(name, _CLONE_COLUMNS)
+            dropped = False
             if row is not None:
                 if not _is_our_clone(row, target):
                     log.warning("%s is not zfs-ng's clone of %s: left alone",
@@ -139,32 +151,41 @@ def _drop_clone(target, name, but=None):
                 else:
                     log.info("destroying the datapath clone %s", name)
                     zfs.destroy(name)
-            _sweep(target.sr)
+                    dropped = True
+            _sweep(target.sr, freed=dropped)
     except errors.StorageError as exc:
-        log.warning("could not destroy %s (the next snapshot attach or "
-                    "detach in this SR retries): %s", name, exc.message)
+        log.warning("could not destroy %s (the next attach, detach, open or "
+                    "close in this SR retries): %s", name, exc.message)
 
 
-def _sweep(sr, keep=None):
-    """Destroy clones a previous boot left (a host crash skips detach).
+def _sweep(sr, keep=None, freed=False):
+    """Destroy the datapath clones of sr that no state file of this host
+    uses, whatever boot made them: a detach that failed to destroy its
+    clone, a host crash that skipped detach. A clone being made is always
+    named by a state file first (attach saves it before cloning), and the
+    pool is imported on this host only. When a clone went (freed, or
+    here), the collector frees what it kept alive: a hidden parent.
     Caller holds the SR lock; never raises."""
-    boot = _boot_id()
     try:
         found = zfs.find_local(CLONE_PROP, sr, types="volume")
     except errors.StorageError as exc:
         log.warning("cannot list datapath clones of %s: %s", sr, exc.message)
         return
     used = set(s.get("clone") for s in state.all_states())
-    for name, value in found:
-        if name == keep or value == boot or name in used or \
-                name.rsplit("/", 1)[0] != sr:
+    for name, _ in found:
+        if name == keep or name in used or name.rsplit("/", 1)[0] != sr:
             continue
-        log.info("destroying %s, a datapath clone left by an earlier boot",
-                 name)
+        log.info("destroying %s, a datapath clone no attach uses", name)
         try:
             zfs.destroy(name)
+            freed = True
         except errors.StorageError as exc:
             log.warning("could not destroy %s: %s", name, exc.message)
+    if freed:
+        try:
+            volume.collect(sr)
+        except errors.StorageError as exc:
+            log.warning("collect %s: %s", sr, exc.message)
 
 
 # --- the tapdisk of a guest --------------------------------------------------
@@ -237,21 +258,27 @@ def _target(uri, domain=None):
 
 
 def _device_dataset(target, st):
-    """The dataset to hand out: the zvol, or the snapshot's clone."""
-    if target.snapshot is None:
-        if _row(target.head, ["name"]) is None:
-            raise errors.Volume_does_not_exist(target.head.rsplit("/", 1)[1])
-        return target.head, False
-    st["clone"] = clone_name(target)
-    state.save(st)   # before the clone exists: detach knows to remove it
-    return _ensure_clone(target)
+    """The dataset to hand out: the zvol, or the snapshot's clone (and
+    whether it was made now). Checks the VDI, finishes a reset a crash
+    interrupted, sweeps unused clones."""
+    with lock.sr_lock(target.sr):
+        if target.snapshot is None:
+            reset.prepare(target)
+            _sweep(target.sr)
+            return target.head, False
+        scope.check(target)
+        st["clone"] = clone_name(target)
+        state.save(st)   # before the clone exists: detach knows to remove it
+        made = _ensure_clone(target)
+        _sweep(target.sr, keep=made[0])
+        return made
 
 
 def attach(dbg, uri, domain):
     target = _target(uri, domain)
     guest = not urimod.is_dom0(domain)
     with _call_lock(target):
-        old = state.load(target.dataset, domain)
+        old = _load(target, domain)
         st = old or {"uri": uri, "dataset": target.dataset,
                      "domain": domain}
         made_clone = False
@@ -284,7 +311,7 @@ def _activate(uri, domain, readonly):
     target = _target(uri, domain)
     readonly = readonly or target.snapshot is not None
     with _call_lock(target):
-        st = state.load(target.dataset, domain)
+        st = _load(target, domain)
         if st is None or not st.get("device"):
             raise NotAttached("%s is not attached for domain %s on this "
                               "host: Datapath.attach comes first"
@@ -329,7 +356,7 @@ def activate_readonly(dbg, uri, domain):
 def deactivate(dbg, uri, domain):
     target = _target(uri, domain)
     with _call_lock(target):
-        st = state.load(target.dataset, domain)
+        st = _load(target, domain)
         if st is None:
             return None
         if not urimod.is_dom0(domain) and st.get("pid") is not None:
@@ -350,14 +377,15 @@ def detach(dbg, uri, domain):
     next call on this VDI to finish."""
     target = _target(uri, domain)
     with _call_lock(target):
-        st = state.load(target.dataset, domain)
+        st = _load(target, domain)
         clone = clone_name(target) if target.snapshot else None
+        owner = (st or {}).get("dataset", target.dataset)
         if st is not None:
             clone = st.get("clone") or clone
             try:
                 done = urimod.is_dom0(domain) or _release_tapdisk(st)
                 if done:
-                    state.remove(target.dataset, domain)
+                    state.remove(owner, domain)
                 else:
                     st["detaching"] = True
                     state.save(st)
@@ -366,7 +394,7 @@ def detach(dbg, uri, domain):
                           exc)
         if clone:
             try:
-                _drop_clone(target, clone, but=(target.dataset, domain))
+                _drop_clone(target, clone, but=(owner, domain))
             except Exception as exc:  # never fail
                 log.error("detach %s: clone %s: %s", target.dataset, clone,
                           exc)
@@ -374,47 +402,15 @@ def detach(dbg, uri, domain):
         return None
 
 
-# --- NONPERSISTENT -----------------------------------------------------------
-
-def _reset_point(target):
-    return "%s@%s" % (target.head, NONPERSISTENT_SNAPSHOT)
-
-
-def _rollback(snap):
-    try:
-        zfs.zfs("rollback", "--", snap)
-    except errors.ZfsError as exc:
-        if "more recent snapshots" in exc.message:
-            raise NonpersistentResetBlocked(
-                "cannot reset the non-persistent disk %s: snapshots were "
-                "taken after its reset point %s and zfs-ng does not destroy "
-                "them (%s). Destroy those snapshots, or make the disk "
-                "persistent" % (snap.split("@")[0], snap, exc.message))
-        raise
-
+# --- NONPERSISTENT (reset.py) ----------------------------------------------
 
 def open_(dbg, uri, persistent):
     target = _target(uri)
     if target.snapshot is not None:
         return None   # a snapshot VDI is read-only: nothing to reset
-    snap = _reset_point(target)
     with _call_lock(target), lock.sr_lock(target.sr):
-        if _row(target.head, ["name"]) is None:
-            raise errors.Volume_does_not_exist(target.head.rsplit("/", 1)[1])
-        pending = _row(snap, ["name"]) is not None
-        if persistent:
-            if pending:
-                log.info("%s: completing a reset left pending (no close)",
-                         target.head)
-                _rollback(snap)
-                zfs.destroy(snap)
-            return None
-        if pending:
-            log.info("%s: back to the reset point before a new run", snap)
-            _rollback(snap)
-        else:
-            log.info("%s: reset point for a non-persistent run", snap)
-            zfs.snapshot(snap)
+        reset.open_(target, reset.prepare(target), persistent)
+        _sweep(target.sr)
         return None
 
 
@@ -422,13 +418,9 @@ def close(dbg, uri):
     target = _target(uri)
     if target.snapshot is not None:
         return None
-    snap = _reset_point(target)
     with _call_lock(target), lock.sr_lock(target.sr):
-        if _row(snap, ["name"]) is None:
-            return None   # persistent, or already closed
-        log.info("%s: resetting the non-persistent disk", snap)
-        _rollback(snap)
-        zfs.destroy(snap)
+        reset.close(target, reset.prepare(target))
+        _sweep(target.sr)
         return None
 
 

@@ -30,5 +30,14 @@ class NotAttached(StorageError):
 
 
 class NonpersistentResetBlocked(StorageError):
-    """A non-persistent disk cannot be reset: newer snapshots exist after
-    its reset point, and zfs-ng never destroys a VDI's snapshot to reset."""
+    """A non-persistent disk cannot be reset now: snapshots taken after its
+    reset point are kept (reset.py moves them aside), and next to them the
+    pool lacks the space for the reset disk (a thick disk's reservation).
+    Nothing changed; the next open or close tries again."""
+
+
+class NotAVdi(StorageError):
+    """The URI names a dataset that is not a zfs-ng VDI (a zvol directly
+    under a zfs-ng SR dataset whose org.xcp-ng.zfs-ng:vdi is its own uuid,
+    or such a snapshot): the datapath never snapshots, rolls back or
+    clones it."""

@@ -9,11 +9,14 @@ to (``<root>/datapath/zfs-ng/``). It cannot collide with XCP-ng's own
 datapaths (``tapdisk``, ``qdisk``, ``file``, ``raw``...): the scheme is the
 SR type, which is ours.
 
-Domains (shared/smapiv3.md): a guest is its domain id (digits, ``0`` being
-a VBD plugged into dom0 through blkback); xapi's own dom0 attaches (export,
-import, backup) are ``u0-`` followed by the datapath id. Anything else is
-treated as a guest (it needs the XenDisk), after a check that it is a safe
-file-name component.
+Domains: xapi-storage-script's ``domain_of`` (ocaml/xapi-storage-script/
+main.ml) sends a guest's domain id as it is, and for dom0 (vm "0"), since
+xen-api v24.40.0 (XCP-ng 8.3), ``"u0-" ^ dp`` with every ``/`` and ``-``
+of the whole string mapped to ``_``: ``u0_vbd_0_xvda`` for a VBD plugged
+into dom0, ``u0_<uuid with _ for ->`` for an export, import, copy or
+migration. Older xapi sent ``0``. Both are dom0: the zvol itself, no
+tapdisk. Anything else is a guest (it needs the XenDisk), after a check that
+it is a safe file-name component.
 """
 
 import re
@@ -23,7 +26,8 @@ from zfsng.errors import InvalidArgument, InvalidConfiguration
 
 SCHEME = meta.URI_SCHEME          # "zfs-ng"
 PREFIX = SCHEME + ":///"
-DOM0_PREFIX = "u0-"
+DOM0_PREFIX = "u0_"     # what domain_of makes of "u0-" (it maps '-' too)
+DOM0_OLD = "0"          # dom0 as xapi before v24.40.0 sent it
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
 
 
@@ -74,11 +78,11 @@ def parse(uri):
 
 
 def is_dom0(domain):
-    return domain.startswith(DOM0_PREFIX)
+    return domain == DOM0_OLD or domain.startswith(DOM0_PREFIX)
 
 
 def check_domain(domain):
     if not _DOMAIN_RE.match(domain or ""):
         raise InvalidArgument("domain %r is neither a domain id nor a dom0 "
-                              "datapath name (u0-...)" % (domain,))
+                              "datapath name (u0_...)" % (domain,))
     return domain

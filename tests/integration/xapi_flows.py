@@ -7,6 +7,17 @@ one SMAPIv2 operation turns into, call by call.
 import datetime
 
 
+def domain_of(dp, vm):
+    """The ``domain`` xapi-storage-script sends the datapath (main.ml
+    domain_of, xen-api v24.40.0 and later): a guest's domain id as it is;
+    for dom0, ``"u0-" ^ dp |> String.map (function '/' | '-' -> '_' | c ->
+    c)``: the map runs over the whole string, "u0-" included. dp is a VBD
+    (``vbd/0/xvda``) or a fresh uuid (export, import, copy, migration)."""
+    if vm != "0":
+        return vm
+    return "".join("_" if c in "/-" else c for c in "u0-" + dp)
+
+
 def vdi_create(plugin, sr, name, size, vdi_type="user", description=""):
     """VDI.create: Volume.create, then Volume.set vdi-type."""
     vol = plugin("Volume.create", sr=sr, name=name, description=description,

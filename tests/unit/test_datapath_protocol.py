@@ -79,7 +79,7 @@ def test_activate_before_attach(dpplugin):
 def test_detach_and_deactivate_of_nothing_print_null(dpplugin):
     for method in ("Datapath.deactivate", "Datapath.detach"):
         rc, out, err = dpplugin.raw(method, {"dbg": "t", "uri": URI,
-                                             "domain": "u0-x"})
+                                             "domain": "u0_vbd_0_xvda"})
         assert (rc, json.loads(out)) == (0, None), err
 
 

@@ -133,6 +133,11 @@ class OutOfSpace(ZfsError):
     """zfs said there is not enough space."""
 
 
+class RollbackBlocked(ZfsError):
+    """zfs refused a rollback: snapshots newer than its target exist (and
+    zfs-ng never passes -r, which would destroy them)."""
+
+
 class CommandTimeout(StorageError):
     """A command did not finish within its bound (see ``runner``): the pool
     may be suspended or a device stuck. It was killed (or, stuck in the

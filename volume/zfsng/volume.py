@@ -58,8 +58,38 @@ def _clones(row):
     return [c for c in (row.get("clones") or "").split(",") if c]
 
 
+def _is_stand_in(row, present):
+    """A zvol the datapath set aside to reset a non-persistent VDI
+    (zfsng_datapath/reset.py) while no zvol has the VDI's name yet: a crash
+    between its two commands leaves it so until the next datapath call on
+    the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
+    that VDI (listed, found, snapshotted, destroyed as it), under the
+    VDI's own URI, which the datapath repairs first: xapi never loses the
+    VDI. present: the names the listing holds."""
+    vdi = row.get(meta.VDI_UUID) or ""
+    return row["type"] == "volume" and names.is_uuid(vdi) and \
+        vdi != meta.object_uuid(row["name"]) and \
+        meta.vdi_dataset(row["name"].rsplit("/", 1)[0], vdi) \
+        not in present and \
+        "%s@%s" % (row["name"], meta.NONPERSISTENT_SNAPSHOT) in present
+
+
+def _vdi_rows(rows):
+    """The rows of rows that are VDIs (stand-ins included)."""
+    present = set(r["name"] for r in rows)
+    return [r for r in rows if _is_vdi(r) or _is_stand_in(r, present)]
+
+
+def _uri_dataset(row):
+    """The dataset a VDI's URI names: its own, but for a stand-in."""
+    if _is_snapshot(row):
+        return row["name"]
+    return meta.vdi_dataset(row["name"].rsplit("/", 1)[0],
+                            row[meta.VDI_UUID])
+
+
 def _to_volume(row):
-    key = meta.object_uuid(row["name"])
+    key = row[meta.VDI_UUID]     # its name's uuid, but for a stand-in
     snapshot = _is_snapshot(row)
     if snapshot:
         used = int(row["used"] or 0)
@@ -73,7 +103,7 @@ def _to_volume(row):
         "sharable": row.get(meta.VDI_SHARABLE) == "true",
         "virtual_size": int(row["volsize"]),
         "physical_utilisation": used,
-        "uri": [meta.volume_uri(row["name"])],
+        "uri": [meta.volume_uri(_uri_dataset(row))],
         "keys": meta.decode_keys(row[meta.VDI_KEYS]),
     }
 
@@ -104,13 +134,13 @@ def list_volumes(sr):
     if not rows or rows[0]["name"] != sr:
         raise errors.Sr_not_attached(sr)
     srmod.check_sr_row(sr, rows[0])
-    return [_to_volume(r) for r in rows[1:]
-            if r["type"] != "filesystem" and _in_sr(r, sr) and _is_vdi(r)]
+    return [_to_volume(r) for r in _vdi_rows(
+        [r for r in rows[1:] if r["type"] != "filesystem" and _in_sr(r, sr)])]
 
 
 def _find_in(rows, key):
-    for row in rows:
-        if meta.object_uuid(row["name"]) == key and _is_vdi(row):
+    for row in _vdi_rows(rows):
+        if row[meta.VDI_UUID] == key:
             return row
     raise errors.Volume_does_not_exist(key)
 
@@ -119,7 +149,8 @@ def find(sr, key):
     """The listing row of the VDI called key, or raise Volume_does_not_exist.
 
     A live VDI is found by name in one command; a snapshot VDI needs the
-    SR's snapshot listing, since its parent is not known from the key.
+    SR's listing, since its parent is not known from the key (and so does
+    a stand-in: see _is_stand_in).
     """
     if not names.is_uuid(key):
         raise errors.Volume_does_not_exist(key)
@@ -133,8 +164,7 @@ def find(sr, key):
     # -r lists every snapshot below the SR: a copy deeper down (zfs send |
     # recv into a child dataset) carries the same properties, so keep to
     # the SR's own zvols, as SR.ls does
-    return _find_in([r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS,
-                                                  types="snapshot")
+    return _find_in([r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
                      if _in_sr(r, sr)], key)
 
 
@@ -310,9 +340,24 @@ def destroy(dbg, sr, key):
         else:
             log.info("destroying %s", row["name"])
             zfs.destroy(row["name"], recursive=True)
+        if row is not None and not _is_snapshot(row):
+            pending = _hide_set_aside(rows, key, row["name"]) or pending
         if pending:  # a hidden parent may be free now, or a crash left work
             collect(sr)
     return None
+
+
+def _hide_set_aside(rows, key, name):
+    """Hide the zvol a reset set aside and a crash left still carrying the
+    destroyed VDI's uuid (zfsng_datapath/reset.py, state S2): no datapath
+    call will finish that reset now. Whether there was one."""
+    found = [r["name"] for r in rows if not _is_snapshot(r) and
+             r["name"] != name and r.get(meta.VDI_UUID) == key]
+    for other in found:
+        log.info("hiding %s, set aside by an interrupted reset of %s",
+                 other, key)
+        zfs.set_props(other, {meta.VDI_UUID: meta.HIDDEN})
+    return bool(found)
 
 
 def resize(dbg, sr, key, new_size):

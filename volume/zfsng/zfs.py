@@ -35,6 +35,9 @@ _ERROR_PATTERNS = [
     (re.compile(r"out of space|insufficient space|not enough space|"
                 r"greater than available space"),
      errors.OutOfSpace),
+    # zfs rollback without -r (cmd/zfs rollback_check): newer snapshots
+    (re.compile(r"more recent snapshots or bookmarks exist"),
+     errors.RollbackBlocked),
 ]
 
 BUSY_RETRIES = 5
@@ -199,6 +202,30 @@ def destroy(name, recursive=False, defer=False):
     if defer:
         argv.append("-d")
     zfs(*(argv + ["--", name]))
+
+
+def rollback(snapshot):
+    """``zfs rollback`` of a zvol to its latest snapshot. Never ``-r``
+    (which destroys the newer snapshots, VDIs among them): when there are
+    newer ones, RollbackBlocked, and nothing changed."""
+    zfs("rollback", "--", snapshot)
+
+
+def rename(name, new):
+    """``zfs rename``: a zvol, with all its snapshots (their clones follow:
+    their origin is renamed too), or a snapshot within its zvol."""
+    zfs("rename", "--", name, new)
+
+
+def promote(clone):
+    """``zfs promote``: the clone takes its origin's snapshots up to and
+    including the origin snapshot; the origin becomes a clone of it."""
+    if clone.startswith("-"):
+        raise errors.InternalError("dataset name looks like an option: %r"
+                                   % clone)
+    # No "--": zfs promote takes no option and refuses any word starting
+    # with "-" (zfs_do_promote, OpenZFS 2.1 and 2.3).
+    zfs("promote", clone)
 
 
 # --- pools ----------------------------------------------------------------
