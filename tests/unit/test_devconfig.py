@@ -374,3 +374,27 @@ def test_raidz_class_section_is_refused(value):
 ])
 def test_trailing_newline_is_refused(config, key):
     assert _key_named(refused(config), key)
+
+
+# --- numbers are ASCII digits ------------------------------------------------
+# str.isdigit() is true for "\u00b2" (superscript two) and other scripts'
+# digits, and int() takes some of them; zfs takes neither.
+
+NON_ASCII_DIGITS = [u"\u00b2", u"1\u00b2", u"\u0661\u0662", u"\uff11\uff12",
+                    u"\U0001d7d9", u"\u0969"]
+
+
+@pytest.mark.parametrize("value", NON_ASCII_DIGITS)
+def test_ashift_takes_ascii_digits_only(value):
+    assert "ashift" in refused(dict(DEV, ashift=value))
+
+
+@pytest.mark.parametrize("value", NON_ASCII_DIGITS)
+def test_pool_guid_takes_ascii_digits_only(value):
+    assert "pool-guid" in refused({"pool-guid": value}, need_source=False)
+
+
+@pytest.mark.parametrize("value", [u"\u00b2" + "K", u"\u0661\u0666K",
+                                   "1" * 40 + "K"])
+def test_volblocksize_takes_ascii_digits_only(value):
+    assert "volblocksize" in refused(dict(DEV, volblocksize=value))

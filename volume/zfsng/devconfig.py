@@ -44,7 +44,11 @@ KEYS = {
 POOL_OPTION_KEYS = ("pool-name", "ashift", "force")
 COMPRESSION_RE = re.compile(r"^(off|lz4|zstd|zstd-([1-9]|1[0-9])|gzip|"
                             r"gzip-[1-9])\Z")
-SIZE_RE = re.compile(r"^([0-9]+)([kKmM]?)\Z")
+SIZE_RE = re.compile(r"^([0-9]{1,12})([kKmM]?)\Z")
+# Numbers are ASCII digits only: str.isdigit() and int() also take other
+# scripts' digits ("\u00b2", "\u0663"), which no zfs command does.
+ASHIFT_RE = re.compile(r"^[0-9]{1,2}\Z")
+GUID_RE = re.compile(r"^[0-9]{1,20}\Z")
 GROUP_MIN_DEVICES = {"mirror": 2, "raidz": 2, "raidz1": 2, "raidz2": 3,
                      "raidz3": 4}
 CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
@@ -209,7 +213,7 @@ def _parse_options(cfg, config):
         cfg.volblocksize = size
     if "ashift" in config:
         value = config["ashift"]
-        if not value.isdigit() or not 9 <= int(value) <= 16:
+        if not ASHIFT_RE.match(value) or not 9 <= int(value) <= 16:
             raise InvalidConfiguration(
                 "device-config:ashift=%r: use a number from 9 to 16 (12 for "
                 "4K-sector disks)" % value)
@@ -285,7 +289,7 @@ def parse(config, need_source=True):
     _parse_source(cfg, config, need_source)
     _parse_options(cfg, config)
     if "pool-guid" in config:
-        if not config["pool-guid"].isdigit():
+        if not GUID_RE.match(config["pool-guid"]):
             raise InvalidConfiguration("device-config:pool-guid must be a "
                                        "number, got %r" % config["pool-guid"])
         cfg.pool_guid = config["pool-guid"]
