@@ -150,6 +150,18 @@ class SrBusy(StorageError):
     waits (``lock.WAIT``): usually a call stuck on a suspended pool."""
 
 
+class VolumeTooLarge(StorageError):
+    """A VDI size beyond the largest that ZFS, Linux and xapi can all hold
+    (8 EiB less one block): refused before anything is created or grown,
+    since a bigger zvol would break every later SR.ls of its SR in xapi."""
+
+
+class MetadataUnreadable(StorageError):
+    """A zfs-ng property of a VDI was set by hand to a value zfs-ng cannot
+    read (keys that are not a JSON object); the message names the dataset
+    and property to fix."""
+
+
 class MetadataTooLarge(StorageError):
     """A name, description or key set does not fit in a ZFS user property."""
 

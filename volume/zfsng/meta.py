@@ -25,7 +25,7 @@ either.
 
 import json
 
-from zfsng.errors import InternalError, MetadataTooLarge
+from zfsng.errors import MetadataTooLarge, MetadataUnreadable
 
 PREFIX = "org.xcp-ng.zfs-ng"
 FORMAT_VERSION = "1"
@@ -97,15 +97,20 @@ def encode_keys(keys):
     return _checked(json.dumps(keys, sort_keys=True))
 
 
-def decode_keys(value):
+def decode_keys(value, dataset="?"):
+    """The keys as stored; MetadataUnreadable if the property was set by
+    hand to anything but a JSON object."""
     if value is None:
         return {}
     try:
         keys = json.loads(value)
     except ValueError:
-        raise InternalError("keys property is not JSON: %r" % value[:80])
+        keys = None
     if not isinstance(keys, dict):
-        raise InternalError("keys property is not an object")
+        raise MetadataUnreadable(
+            "%s: %s is not a JSON object: %r; set it to one (zfs set "
+            "%s='{}' %s) or back to what it was" % (
+                dataset, VDI_KEYS, value[:80], VDI_KEYS, dataset))
     return keys
 
 

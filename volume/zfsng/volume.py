@@ -20,13 +20,38 @@ Volume.destroy whenever the SR holds anything hidden or half-done: no manual
 step, and no leak past the next destroy or attach.
 """
 
-from zfsng import errors, lock, log, meta, names, sr as srmod, zfs
+from zfsng import errors, lock, log, meta, names, sr as srmod, wire, zfs
 
 COLLECT_ROUNDS = 64  # bound on cascades (a chain of hidden parents)
+
+# The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
+# device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
+# takes any whole number of blocks, and rounds a requested size up to one.
+# A zvol of 2^63 bytes (2^63 - 1 rounded up) could not be reported to
+# xapi: its Volume.stat and every SR.ls of its SR would fail to unmarshal.
+# So a size is refused unless, rounded up, it fits in 2^63 - 1: 8 EiB
+# less one volblocksize.
+MAX_SIZE = wire.INT64_MAX
 
 
 def _round_up(size, block):
     return (size + block - 1) // block * block
+
+
+def max_size(block):
+    """The largest VDI size with this volblocksize (whole blocks)."""
+    return MAX_SIZE // block * block
+
+
+def _checked_size(size, block):
+    """size rounded up to whole blocks, or raise VolumeTooLarge."""
+    rounded = _round_up(size, block)
+    if rounded > max_size(block):
+        raise errors.VolumeTooLarge(
+            "%d bytes is more than the largest VDI, %d bytes (8 EiB less "
+            "one %d-byte block: xapi and Linux hold sizes in signed 64-bit "
+            "numbers)" % (size, max_size(block), block))
+    return rounded
 
 
 def _is_snapshot(row):
@@ -88,23 +113,54 @@ def _uri_dataset(row):
                             row[meta.VDI_UUID])
 
 
+def _size(row, column):
+    """A size column as xapi's int64: no value is 0, and a size beyond
+    int64 (a zvol grown by hand past the limit) is clamped and said in
+    SMlog, so that the VDI stays listed."""
+    value = int(row[column] or 0)
+    if value > MAX_SIZE:
+        log.warning("%s: %s is %d bytes, beyond what xapi can hold: "
+                    "reported as %d", row["name"], column, value, MAX_SIZE)
+        return MAX_SIZE
+    return value
+
+
+def _keys(row):
+    """The VDI's keys. Keys set by hand to no JSON object are left out, and
+    so is a value that is no string; both said in SMlog: the VDI stays
+    listed (Volume.set refuses until the property is fixed)."""
+    try:
+        keys = meta.decode_keys(row[meta.VDI_KEYS], row["name"])
+    except errors.MetadataUnreadable as exc:
+        log.warning("%s; listed without keys", exc.message)
+        return {}
+    bad = sorted(k for k, v in keys.items() if not isinstance(v, str))
+    if bad:
+        log.warning("%s: keys %s are no strings; listed without them",
+                    row["name"], bad)
+    return dict((k, v) for k, v in keys.items() if isinstance(v, str))
+
+
 def _to_volume(row):
     key = row[meta.VDI_UUID]     # its name's uuid, but for a stand-in
+    if row["volsize"] is None:   # no size to tell xapi: never made up
+        raise errors.MetadataUnreadable("%s has no volsize" % row["name"])
     snapshot = _is_snapshot(row)
     if snapshot:
-        used = int(row["used"] or 0)
+        used = _size(row, "used")
     else:
-        used = int(row["usedds"] or 0) + int(row["usedrefreserv"] or 0)
+        used = min(_size(row, "usedds") + _size(row, "usedrefreserv"),
+                   MAX_SIZE)
     return {
         "key": key, "uuid": key,
         "name": meta.decode_text(row[meta.VDI_NAME]),
         "description": meta.decode_text(row[meta.VDI_DESCRIPTION]),
         "read_write": not snapshot,
         "sharable": row.get(meta.VDI_SHARABLE) == "true",
-        "virtual_size": int(row["volsize"]),
+        "virtual_size": _size(row, "volsize"),
         "physical_utilisation": used,
         "uri": [meta.volume_uri(_uri_dataset(row))],
-        "keys": meta.decode_keys(row[meta.VDI_KEYS]),
+        "keys": _keys(row),
     }
 
 
@@ -134,8 +190,24 @@ def list_volumes(sr):
     if not rows or rows[0]["name"] != sr:
         raise errors.Sr_not_attached(sr)
     srmod.check_sr_row(sr, rows[0])
-    return [_to_volume(r) for r in _vdi_rows(
-        [r for r in rows[1:] if r["type"] != "filesystem" and _in_sr(r, sr)])]
+    return _listed(_vdi_rows(
+        [r for r in rows[1:] if r["type"] != "filesystem" and _in_sr(r, sr)]))
+
+
+def _listed(rows):
+    """The volumes of rows. One that cannot be described to xapi anyway is
+    left out and said in SMlog: one odd dataset never fails the SR's
+    listing (xapi could no longer scan the SR)."""
+    volumes = []
+    for row in rows:
+        try:
+            volume = _to_volume(row)
+            wire.VOLUME.check(volume, row["name"])
+        except (errors.StorageError, TypeError, ValueError, KeyError) as exc:
+            log.warning("SR.ls: %s left out: %s", row["name"], exc)
+            continue
+        volumes.append(volume)
+    return volumes
 
 
 def _find_in(rows, key):
@@ -245,6 +317,7 @@ def create(dbg, sr, name, description, size, sharable):
     with lock.sr_lock(sr):
         row = srmod.sr_row(sr)
         block = int(row[meta.SR_VOLBLOCKSIZE])
+        rounded = _checked_size(size, block)
         key = names.new_uuid()
         dataset = meta.vdi_dataset(sr, key)
         props = _vdi_props(key, name, description, sharable)
@@ -252,7 +325,7 @@ def create(dbg, sr, name, description, size, sharable):
         thin = row[meta.SR_PROVISIONING] != "thick"
         log.info("creating %s (%d bytes, %s)", dataset, size,
                  "thin" if thin else "thick")
-        zfs.create_volume(dataset, _round_up(size, block), props, sparse=thin)
+        zfs.create_volume(dataset, rounded, props, sparse=thin)
         return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
@@ -367,7 +440,7 @@ def resize(dbg, sr, key, new_size):
         if _is_snapshot(row):
             raise errors.InvalidArgument(
                 "VDI %s is a read-only snapshot and cannot be resized" % key)
-        size = _round_up(new_size, int(row["volblocksize"]))
+        size = _checked_size(new_size, int(row["volblocksize"]))
         current = int(row["volsize"])
         if new_size < current:
             raise errors.VdiShrinkNotAllowed(
@@ -418,7 +491,7 @@ def set_description(dbg, sr, key, new_description):
 
 
 def _with_key(row, k, v):
-    keys = meta.decode_keys(row[meta.VDI_KEYS])
+    keys = meta.decode_keys(row[meta.VDI_KEYS], row["name"])
     if v is None:
         keys.pop(k, None)
     else:

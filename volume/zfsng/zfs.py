@@ -113,13 +113,80 @@ def parse_table(text, columns):
 
 def list_datasets(root, columns, types="volume,snapshot", recursive=True,
                   depth=None):
-    """One ``zfs list`` of root (and below) with the given columns."""
-    argv = ["list", "-Hp", "-o", ",".join(columns), "-t", types]
+    """One ``zfs list`` of root (and below) with the given columns.
+
+    ``-H`` puts tabs between columns and newlines between rows, and prints
+    values as they are: a user property set by hand to a value with a tab
+    or a newline (``zfs set org.xcp-ng.zfs-ng:name=$'a\\tb'``) breaks its
+    row, and the plain parse would fail the whole listing (every SR.ls of
+    the SR). Names never hold either, so the name is asked for first and
+    last: a sound row has every column and the same name at both ends.
+    The dataset of a broken row is read again alone (``_read_alone``), in
+    place, so one odd value costs a few commands, never the listing.
+    """
+    wanted = columns if columns[:1] == ["name"] else ["name"] + columns
+    argv = ["list", "-Hp", "-o", ",".join(wanted + ["name"]), "-t", types]
     if depth is not None:
         argv += ["-d", str(depth)]
     elif recursive:
         argv.append("-r")
-    return parse_table(zfs(*(argv + ["--", root])), columns)
+    rows = []
+    for row, suspects in _rows_and_breaks(zfs(*(argv + ["--", root])),
+                                          wanted, root):
+        if row is not None:
+            rows.append(row)
+        for name in suspects:
+            if name not in [r["name"] for r in rows]:
+                rows += _read_alone(name, wanted)
+    return rows
+
+
+def _under(name, root):
+    return name == root or name.startswith(root + "/") or \
+        name.startswith(root + "@")
+
+
+def _rows_and_breaks(text, wanted, root):
+    """[(row or None, [names of datasets whose row broke here])] of a
+    ``-o name,<wanted>,name`` listing, in order. A broken row's pieces
+    start or end with its dataset's name (the others hold parts of the
+    odd value: never a name under root that is not its own, but for a
+    value made to look like one, which only costs a needless re-read)."""
+    out = []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()       # the last row's newline
+    for line in lines:
+        cells = line.split("\t")
+        if len(cells) == len(wanted) + 1 and cells[0] == cells[-1] and \
+                _under(cells[0], root):
+            out.append((dict((c, None if v == "-" else v)
+                             for c, v in zip(wanted, cells)), []))
+            continue
+        suspects = [n for n in (cells[0], cells[-1]) if _under(n, root)]
+        log.warning("zfs list: a row broken by a tab or newline in a "
+                    "property value: %r; reading %s again alone", line[:200],
+                    ", ".join(suspects) or "nothing (no dataset named)")
+        out.append((None, sorted(set(suspects))))
+    return out
+
+
+def _read_alone(name, wanted):
+    """[the row of one dataset] with its user properties read one by one:
+    alone, ``zfs get -o value`` prints just the value, tabs, newlines and
+    all ([] if the dataset is gone meanwhile)."""
+    native = [c for c in wanted if ":" not in c]
+    try:
+        text = zfs("list", "-Hp", "-o", ",".join(native), "-t", "all",
+                   "--", name)
+        row = parse_table(text, native)[0]
+        for prop in [c for c in wanted if ":" in c]:
+            value = zfs("get", "-Hp", "-o", "value", prop, "--", name)
+            value = value[:-1] if value.endswith("\n") else value
+            row[prop] = None if value == "-" else value
+    except (errors.DatasetNotFound, IndexError):
+        return []
+    return [row]
 
 
 def get_one(name, columns, types="all"):
