@@ -1076,7 +1076,11 @@ class FakeZfs(object):
             if member.mountpoint:
                 return "%s is currently mounted on %s" % (
                     member.path, member.mountpoint), False
-            if member.kind not in ("disk", "part"):
+            # a device mapper, md or multipath device is itself usable (a
+            # leaf of its own, not partitioned); only one built on the
+            # device holds it (the kernel refuses ZFS's exclusive open)
+            if member.path != self.devices[path].path and \
+                    member.kind not in ("disk", "part"):
                 return "%s is in use by %s" % (member.path, member.kind), \
                     False
             label = member.label

@@ -237,6 +237,28 @@ def test_device_held_by_another_driver(fake, kind):
     assert "/dev/mapper/held" in message and kind in message
 
 
+@pytest.mark.parametrize("kind,path", [
+    ("mpath", "/dev/mapper/mpatha"), ("crypt", "/dev/mapper/luks-disk"),
+    ("raid1", "/dev/md0"), ("dm", "/dev/mapper/linear"),
+    ("lvm", "/dev/mapper/vg-lv")])
+def test_a_stacked_device_is_not_held_by_itself(fake, kind, path):
+    """lsblk lists the device's own row first, with its own type: a
+    multipath map, md array or dm-crypt mapping given in device-config is
+    the disk itself, not a holder of it."""
+    fake.add_disk(path, kind=kind)
+    create({"device": path})
+    assert [leaf.path for leaf in fake.pool("tank").leaves()] == [path]
+
+
+@pytest.mark.parametrize("kind", ["lvm", "crypt"])
+def test_a_stacked_device_held_by_another_is_refused(fake, kind):
+    fake.add_disk("/dev/mapper/mpatha", kind="mpath")
+    fake.add_holder("/dev/mapper/mpatha", "/dev/mapper/on-top", kind=kind)
+    message = refused(fake, errors.DeviceInUse,
+                      {"device": "/dev/mapper/mpatha", "force": "true"})
+    assert "/dev/mapper/on-top" in message and kind in message
+
+
 @pytest.mark.parametrize("signature", [
     {"fs": "ext4"}, {"fs": "LVM2_member"}, {"pttype": "dos"},
     {"pttype": "gpt"}])

@@ -71,7 +71,14 @@ def _pool_members():
 
 
 def _check_family(device, rows, members):
-    for row in rows:
+    """rows: lsblk's, the device's own first, then what is built on it.
+
+    Only something built on the device (a partition's LVM volume, an md
+    array, a dm-crypt mapping, a multipath map over a path) holds it; the
+    device's own type is no holder: a multipath map, an md array or an
+    open dm-crypt mapping given in device-config is itself the disk.
+    """
+    for index, row in enumerate(rows):
         name, kind = row.get("NAME", ""), row.get("TYPE", "")
         mount = row.get("MOUNTPOINT", "")
         if mount == "[SWAP]":
@@ -80,7 +87,7 @@ def _check_family(device, rows, members):
         if mount:
             raise errors.DeviceInUse("device %s: %s is mounted on %s"
                                      % (device, name, mount))
-        if kind in _HOLDER_TYPES:
+        if index and kind in _HOLDER_TYPES:
             raise errors.DeviceInUse(
                 "device %s is held by %s (%s); release it first"
                 % (device, name, kind))
