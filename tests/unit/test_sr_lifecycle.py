@@ -406,3 +406,20 @@ def test_probe_refuses_bad_configuration(fake):
     with pytest.raises(errors.InvalidConfiguration):
         call("SR.probe", configuration={"device": "/dev/sdb;id"})
     assert fake.calls == []
+
+
+@pytest.mark.parametrize("config", [
+    {"device": "/dev/sdx"}, {"device": "/dev/sdb,/dev/sdx"},
+    {"vdev": "mirror /dev/sdx /dev/sdy"},
+    {"file-uri": "file:///dev/disk/by-id/gone"}])
+def test_probe_of_a_missing_device_reports_no_sr(fake, config):
+    """Without a device to look in, zpool import scans every disk: a
+    missing device must not report every exported SR of the host."""
+    sr, _ = create_sr()
+    call("SR.detach", sr=sr)
+    mark = len(fake.calls)
+    with pytest.raises(errors.DeviceNotFound) as info:
+        call("SR.probe", configuration=config)
+    assert "/dev/sd" in info.value.message or "gone" in info.value.message
+    assert fake.mutations(since=mark) == []
+    assert not fake.ran("zpool", "import", since=mark)

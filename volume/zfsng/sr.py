@@ -497,12 +497,26 @@ def _pool_matches(cfg, pool_name, leaves):
     return any(os.path.realpath(leaf) in family for leaf in leaves)
 
 
-def _probe_exported(configuration, cfg):
-    """Import each importable candidate read-only, read its SRs, export."""
-    results = []
+def _search_dirs(cfg):
+    """Where zpool import looks: the given devices and their partitions.
+
+    A device that does not exist is refused: with nothing to look in,
+    zpool import would scan every disk and report every exported SR.
+    """
     dirs = []
     for device in cfg.devices:
-        dirs.extend(devices.family(device))
+        found = devices.family(device)
+        if not found:
+            raise errors.DeviceNotFound(
+                "device %s does not exist or is not a block device"
+                % device)
+        dirs.extend(found)
+    return dirs
+
+
+def _probe_exported(configuration, cfg, dirs):
+    """Import each importable candidate read-only, read its SRs, export."""
+    results = []
     for pool in zfs.importable_pools(dirs):
         if cfg.parent and pool["name"] != pool_of(cfg.parent):
             continue
@@ -525,12 +539,13 @@ def probe(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     results = []
     with lock.global_lock():
+        dirs = _search_dirs(cfg)
         for pool in zfs.list_pools():
             leaves = zfs.pool_leaf_devices(pool["name"]) \
                 if cfg.devices else []
             if _pool_matches(cfg, pool["name"], leaves):
                 results += _probe_pool(configuration, pool["name"])
-        results += _probe_exported(configuration, cfg)
+        results += _probe_exported(configuration, cfg, dirs)
     return results
 
 
