@@ -423,3 +423,43 @@ def test_probe_of_a_missing_device_reports_no_sr(fake, config):
     assert "/dev/sd" in info.value.message or "gone" in info.value.message
     assert fake.mutations(since=mark) == []
     assert not fake.ran("zpool", "import", since=mark)
+
+
+# --- locks -------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["SR.destroy", "SR.detach"])
+def test_destroy_and_detach_wait_for_the_sr_lock(fake, monkeypatch, method):
+    """A Volume call holds the SR lock: destroying or exporting the pool
+    under it must wait (here: give up, SrBusy) and change nothing."""
+    from zfsng import lock
+    sr, _ = create_sr()
+    monkeypatch.setattr(lock, "WAIT", 0.2)
+    mark = len(fake.calls)
+    with lock.sr_lock(sr):
+        with pytest.raises(errors.SrBusy):
+            call(method, sr=sr)
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == ["tank"]
+    call(method, sr=sr)          # once the lock is free, it goes on
+    assert fake.imported() == []
+
+
+def test_one_lock_order_everywhere():
+    """The global lock before an SR lock, never the other way round: sr.py
+    nests them only as "global_lock(), sr_lock(...)", and nothing else in
+    the volume plugin takes the global lock."""
+    import os
+    import re
+    from zfsng import sr as srmod
+    here = os.path.dirname(srmod.__file__)
+    for name in os.listdir(here):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(here, name)) as f:
+            text = f.read()
+        takes_global = re.findall(r"with [^\n]*global_lock\(\)[^\n]*", text)
+        if name != "sr.py":
+            assert not takes_global, (name, takes_global)
+        for line in takes_global:
+            assert line.index("global_lock") < line.find("sr_lock") or \
+                "sr_lock" not in line, line

@@ -385,7 +385,8 @@ def attach(dbg, configuration):
 
 
 def detach(dbg, sr):
-    with lock.global_lock():
+    # the SR lock too: no Volume call may run on a pool being exported
+    with lock.global_lock(), lock.sr_lock(sr):
         try:
             row = sr_row(sr)
         except errors.Sr_not_attached:
@@ -417,7 +418,7 @@ def _destroy_pool(pool, row):
 
 
 def destroy(dbg, sr):
-    with lock.global_lock():
+    with lock.global_lock(), lock.sr_lock(sr):
         try:
             row = sr_row(sr)
         except errors.Sr_not_attached:
