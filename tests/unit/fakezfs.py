@@ -174,6 +174,7 @@ class Pool(object):
         self.readonly = False
         self.health_override = None
         self.resilvering = False    # zpool status: a resilver is running
+        self.label_name = None      # imported read-only under another name
         self.datasets = {}          # name -> Dataset (all types)
         self.txg = 4
         # (hostid, hostname) of another host that has it imported, as its
@@ -1251,20 +1252,25 @@ class FakeZfs(object):
                 " 'zpool import'." % (pool.name, pool.elsewhere[1],
                                       pool.elsewhere[0]))
         pool.elsewhere = None
-        if len(args) == 2:                  # zpool import <id> <newname>
-            self._rename_pool(pool, args[1])
-        if self._active_pool(pool.name):
+        name = args[1] if len(args) == 2 else pool.name
+        if self._active_pool(name):
+            # do_import(): the name given (the guid, or the new name)
             raise CommandError(
                 "cannot import '%s': a pool with that name already exists\n"
                 "use the form 'zpool import <pool | id> <newpool>' to give it"
-                " a new name" % pool.name)
-        pool.state = "ACTIVE"
+                " a new name" % args[-1])
         pool.readonly = props.get("readonly") == "on"
+        pool.label_name = None
+        if name != pool.name:               # zpool import <id> <newname>
+            # read-only: the labels are not written, they keep the old name
+            pool.label_name = pool.name if pool.readonly else None
+            self._rename_pool(pool, name, labels=not pool.readonly)
+        pool.state = "ACTIVE"
         if "cachefile" in props:
             pool.props["cachefile"] = props["cachefile"]
         return ""
 
-    def _rename_pool(self, pool, new):
+    def _rename_pool(self, pool, new, labels=True):
         old = pool.name
         renamed = {}
         for name, ds in pool.datasets.items():
@@ -1274,7 +1280,7 @@ class FakeZfs(object):
                 ds.origin = new + ds.origin[len(old):]
             ds.clones = [new + c[len(old):] for c in ds.clones]
         pool.datasets, pool.name = renamed, new
-        for leaf in pool.leaves():
+        for leaf in (pool.leaves() if labels else []):
             label = self.devices[leaf.path].label
             if label and label["guid"] == pool.guid:
                 label["pool"] = new
@@ -1300,6 +1306,9 @@ class FakeZfs(object):
         pool = self._active_pool(args[0])
         if pool is None:
             raise CommandError("cannot open '%s': no such pool" % args[0])
+        if pool.label_name:                  # read-only, renamed
+            self._rename_pool(pool, pool.label_name, labels=False)
+            pool.label_name = None
         pool.state, pool.readonly = "EXPORTED", False
         return ""
 

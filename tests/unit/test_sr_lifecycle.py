@@ -392,14 +392,59 @@ def test_probe_exports_again_when_reading_fails(fake):
     assert fake.imported() == []
 
 
+def test_probe_reads_a_pool_whose_name_is_taken(fake):
+    """An imported pool has the exported SR's pool name: probe reads it
+    under a temporary name, read-only, which its labels never keep."""
+    sr, stored = create_sr()
+    call("SR.detach", sr=sr)
+    fake.admin("zpool create -m none tank /dev/sdd")   # same name, imported
+    [result] = call("SR.probe", configuration={"device": "/dev/sdb"})
+    assert result["configuration"] == stored
+    assert result["sr"]["uuid"] == SR_UUID
+    assert fake.imported() == ["tank"]
+    assert meta.SR_UUID not in fake.local_props("tank")
+    assert fake.pool("tank", state="EXPORTED").guid == stored["pool-guid"]
+    assert fake.devices["/dev/sdb1"].label["pool"] == "tank"
+
+
 def test_probe_skips_a_pool_it_cannot_import(fake):
     sr, _ = create_sr()
     call("SR.detach", sr=sr)
-    fake.admin("zpool create -m none tank /dev/sdd")   # same name, imported
-    results = call("SR.probe", configuration={"device": "/dev/sdb"})
-    assert results == []
-    assert fake.imported() == ["tank"]
-    assert meta.SR_UUID not in fake.local_props("tank")
+    fake.inject("zpool import -o cachefile=none -o readonly=on",
+                "cannot import 'tank': I/O error\n")
+    assert call("SR.probe", configuration={"device": "/dev/sdb"}) == []
+    assert fake.imported() == []
+
+
+def test_two_srs_named_alike_both_attach(fake):
+    """SR "tank" created while another SR "tank" was detached took the
+    pool name: attaching the first imports its pool under another name,
+    for good, and both SRs work side by side."""
+    first, stored1 = create_sr(name="tank")
+    call("SR.detach", sr=first)
+    second, stored2 = create_sr({"device": "/dev/sdc"}, uuid=SR_UUID2,
+                                name="tank")
+    assert second == "tank"
+    renamed = call("SR.attach", configuration=stored1)
+    assert renamed == "zfsng-" + SR_UUID[:8]
+    assert fake.imported() == sorted(["tank", renamed])
+    assert call("SR.stat", sr=renamed)["uuid"] == SR_UUID
+    assert call("SR.stat", sr="tank")["uuid"] == SR_UUID2
+    create_volume(renamed, name="one")
+    create_volume("tank", name="two")
+    call("SR.detach", sr=renamed)
+    assert call("SR.attach", configuration=stored1) == renamed   # kept
+    assert [v["name"] for v in call("SR.ls", sr=renamed)] == ["one"]
+
+
+def test_renaming_import_falls_back_to_the_guid(fake):
+    first, stored = create_sr(name="tank")
+    call("SR.detach", sr=first)
+    fake.admin("zpool create -m none tank /dev/sdc")
+    fake.admin("zpool create -m none zfsng-%s /dev/sdd" % SR_UUID[:8])
+    name = call("SR.attach", configuration=stored)
+    assert name == "zfsng-" + stored["pool-guid"]
+    assert call("SR.stat", sr=name)["uuid"] == SR_UUID
 
 
 def test_probe_refuses_bad_configuration(fake):

@@ -117,6 +117,12 @@ class HostIdMissing(StorageError):
     """This host has no ZFS hostid, which multihost protection needs."""
 
 
+class PoolNameCollision(ZfsError):
+    """zpool import: an imported pool already has the name this pool's
+    labels give it (two pools named after SRs with the same name-label).
+    The pool can be imported under another name."""
+
+
 class DatasetNotFound(ZfsError):
     """zfs said the dataset does not exist."""
 

@@ -299,6 +299,40 @@ def _refuse_a_clones_pool(cfg):
                    label["hostname"], cfg.pool_guid))
 
 
+def _import_owned(cfg):
+    """Import the SR's pool by guid; under another name if an imported
+    pool has its name.
+
+    Pool names come from SR name-labels: a second SR "tank" created while
+    the first was detached got the name too. The pool is renamed for good
+    (its labels keep the new name); the SR string xapi gets from attach is
+    the new name, and nothing else refers to the old one.
+    """
+    try:
+        zfs.import_pool(cfg.pool_guid)
+    except errors.PoolNameCollision:
+        name = _free_pool_name(cfg)
+        log.warning("an imported pool has the name of the SR's pool (guid "
+                    "%s): importing it as %s", cfg.pool_guid, name)
+        zfs.import_pool(cfg.pool_guid, new_name=name)
+
+
+def _free_pool_name(cfg):
+    """zfsng-<sr uuid prefix> (the name SR.create falls back to), else
+    zfsng-<pool guid>, whichever no imported pool has."""
+    taken = set(p["name"] for p in zfs.list_pools())
+    wanted = ["zfsng-" + cfg.sr_uuid[:8]] if cfg.sr_uuid else []
+    for name in wanted + ["zfsng-" + cfg.pool_guid]:
+        if name not in taken:
+            return name
+    raise errors.PoolNameTaken(
+        "cannot import the SR's pool (guid %s): imported pools already "
+        "have its name and the names %s; import it by hand under a free "
+        "name (zpool import -o cachefile=none %s <name>), then plug the PBD"
+        % (cfg.pool_guid, ", ".join(wanted + ["zfsng-" + cfg.pool_guid]),
+           cfg.pool_guid))
+
+
 def _ensure_imported(cfg):
     """The name of the SR's pool, importing it if zfs-ng owns it."""
     if cfg.pool_guid:
@@ -314,7 +348,7 @@ def _ensure_imported(cfg):
         _refuse_a_clones_pool(cfg)
         log.info("importing pool with guid %s", cfg.pool_guid)
         try:
-            zfs.import_pool(cfg.pool_guid)
+            _import_owned(cfg)
         except errors.PoolImportedElsewhere as exc:
             raise errors.PoolImportedElsewhere(
                 "the SR's pool (guid %s) is, or was last, imported by "
@@ -515,6 +549,16 @@ def _search_dirs(cfg):
     return dirs
 
 
+def _import_to_read(guid, dirs):
+    """Import read-only, without mounting; if an imported pool has its
+    name, under a temporary one (read-only: its labels keep their name)."""
+    try:
+        zfs.import_pool(guid, search_dirs=dirs, readonly=True, mount=False)
+    except errors.PoolNameCollision:
+        zfs.import_pool(guid, search_dirs=dirs, readonly=True, mount=False,
+                        new_name="zfsng-probe-" + guid)
+
+
 def _probe_exported(configuration, cfg, dirs):
     """Import each importable candidate read-only, read its SRs, export."""
     results = []
@@ -522,8 +566,7 @@ def _probe_exported(configuration, cfg, dirs):
         if cfg.parent and pool["name"] != pool_of(cfg.parent):
             continue
         try:
-            zfs.import_pool(pool["guid"], search_dirs=dirs, readonly=True,
-                            mount=False)
+            _import_to_read(pool["guid"], dirs)
         except errors.ZfsError as exc:
             log.info("probe: cannot read pool %s (%s): %s", pool["name"],
                      pool["guid"], exc.message)

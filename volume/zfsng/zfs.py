@@ -27,6 +27,9 @@ _ERROR_PATTERNS = [
     (re.compile(r"pool is imported on |in use from another system|"
                 r"imported by another system"),
      errors.PoolImportedElsewhere),
+    # zpool import of a pool whose name an imported pool already has
+    (re.compile(r"a pool with that name already exists"),
+     errors.PoolNameCollision),
     (re.compile(r"no such pool|pool not found|no such pool or dataset"),
      errors.PoolNotFound),
     (re.compile(r"dataset already exists|pool already exists"),
@@ -341,12 +344,15 @@ def create_pool(name, vdev_args, pool_props, fs_props, force=False):
     zpool(*(argv + list(vdev_args)))
 
 
-def import_pool(guid, search_dirs=(), readonly=False, mount=True):
+def import_pool(guid, search_dirs=(), readonly=False, mount=True,
+                new_name=None):
     """Import by guid (stable across renames) without a cachefile.
 
     ``cachefile=none``: xapi, not the host's boot scripts, decides when an
     SR's pool is imported (SR.attach), so the pool must not be imported
-    behind its back at boot.
+    behind its back at boot. ``new_name`` imports it under that name
+    (``zpool import <guid> <new name>``): written to its labels, unless
+    readonly.
     """
     argv = ["import", "-o", "cachefile=none"]
     if readonly:
@@ -355,7 +361,7 @@ def import_pool(guid, search_dirs=(), readonly=False, mount=True):
         argv.append("-N")
     for directory in search_dirs:
         argv += ["-d", directory]
-    zpool(*(argv + ["--", guid]))
+    zpool(*(argv + ["--", guid] + ([new_name] if new_name else [])))
 
 
 def export_pool(name):
