@@ -140,7 +140,9 @@ class Device(object):
         self.parent = parent
         self.mountpoint = mountpoint   # "", "/mnt/x" or "[SWAP]"
         self.signatures = list(signatures or [])  # [{"TYPE": "ext4"}, ...]
-        self.label = None      # ZFS label: {"pool", "guid", "leaf_guid"}
+        self.label = None      # ZFS label: {"pool", "guid", "leaf_guid",
+        #                        "klass"}; cache and spare labels name no
+        #                        pool (zdb shows only the vdev guid)
         self.children = []     # paths of partitions and holders
 
 
@@ -158,10 +160,11 @@ class Leaf(object):
 class Vdev(object):
     """A top-level vdev: kind disk/mirror/raidzN, in a class or not."""
 
-    def __init__(self, kind, klass, leaves):
+    def __init__(self, kind, klass, leaves, guid=None):
         self.kind = kind
         self.klass = klass     # None, "log", "cache", "spare", ...
         self.leaves = leaves
+        self.guid = guid       # a mirror's or raidz's own vdev guid
 
 
 class Pool(object):
@@ -267,6 +270,7 @@ class FakeZfs(object):
         self.calls = []
         self.unknown = []
         self.devices = {}
+        self.links = {}             # udev symlink -> kernel device path
         self.pools = []             # every pool ever made, any state
         self.injected = []          # [prefix, rc, err, times]
         # This host, as the labels of the pools it imports record it (the
@@ -318,7 +322,7 @@ class FakeZfs(object):
         """``zdb -l -- <device>``: the first label's pool facts."""
         if argv[1:3] != ["-l", "--"] or len(argv) != 4:
             raise _Unknown()
-        dev = self.devices.get(argv[3])
+        dev = self._dev(argv[3])
         pools = [p for p in self.pools
                  if dev is not None and dev.label and
                  p.guid == dev.label["guid"]]
@@ -326,6 +330,16 @@ class FakeZfs(object):
             raise CommandError("failed to unpack label 0\nfailed to unpack "
                                "label 1\nfailed to unpack label 2\nfailed "
                                "to unpack label 3", rc=2)
+        klass = dev.label.get("klass")
+        if klass in ("cache", "spare"):
+            # vdev_label_init(): an L2ARC or hot spare label holds only
+            # its version, state (POOL_STATE_L2CACHE 4, _SPARE 3), guid
+            return ("------------------------------------\nLABEL 0\n"
+                    "------------------------------------\n"
+                    "    version: 5000\n    state: %d\n    guid: %s\n%s"
+                    "    labels = 0 1 2 3 \n"
+                    % (4 if klass == "cache" else 3, dev.label["leaf_guid"],
+                       "    ashift: 9\n" if klass == "cache" else ""))
         pool = pools[-1]
         state = {"ACTIVE": 0, "EXPORTED": 1}.get(pool.state, 2)
         hostid, hostname = self.hostid, self.hostname
@@ -406,14 +420,61 @@ class FakeZfs(object):
     # --- test set-up ---------------------------------------------------------
 
     def add_disk(self, path, size=10 * GiB, fs=None, pttype=None,
-                 mountpoint="", kind="disk"):
+                 mountpoint="", kind="disk", by_id=None):
+        """A disk; by_id: its udev name under /dev/disk/by-id (its
+        partitions get <by_id>-part<N>, as udev names them)."""
         sigs = []
         if pttype:
             sigs.append({"PTTYPE": pttype, "PTUUID": "0c0ffee0"})
         if fs:
             sigs.append({"TYPE": fs, "USAGE": "filesystem"})
         self.devices[path] = Device(path, size, kind, None, mountpoint, sigs)
+        if by_id:
+            self.links["/dev/disk/by-id/" + by_id] = path
         return path
+
+    def by_id(self, path):
+        """The /dev/disk/by-id link of a kernel device (None without)."""
+        links = [l for l, t in self.links.items() if t == path and
+                 l.startswith("/dev/disk/by-id/")]
+        return links[0] if links else None
+
+    def rename_disk(self, old, new):
+        """After a reboot or a hot-plug the disk old is called new (its
+        partitions too); its by-id links follow it. An imported pool's
+        leaves named by the kernel name follow too: ZFS finds its devices
+        again at import and keeps the names it found."""
+        moves = [(d.path, new + d.path[len(old):]) for d in self._family(old)]
+        for before, after in moves:
+            dev = self.devices.pop(before)
+            dev.path = after
+            dev.parent = dev.parent and new + dev.parent[len(old):]
+            dev.children = [new + c[len(old):] for c in dev.children]
+            self.devices[after] = dev
+            for link, target in list(self.links.items()):
+                if target == before:
+                    self.links[link] = after
+            for pool in self.pools:
+                for leaf in pool.leaves():
+                    if leaf.path == before:
+                        leaf.path = after
+
+    def replace(self, pool, old_leaf, new_disk):
+        """The admin's ``zpool replace <pool> <old leaf> <new disk>``,
+        resilvered: the new disk is partitioned and labelled, the old
+        leaf's device keeps its (now stale) label, as ZFS leaves it."""
+        pool = self.pool(pool)
+        for vdev in pool.vdevs:
+            for index, leaf in enumerate(vdev.leaves):
+                if leaf.path == old_leaf:
+                    vdev.leaves[index] = self._make_leaf(pool, new_disk,
+                                                         vdev.klass)
+                    return vdev.leaves[index].path
+        raise KeyError(old_leaf)
+
+    def _dev(self, path):
+        """The device a path names (a kernel name or a udev link)."""
+        return self.devices.get(self.links.get(path, path))
 
     def add_partition(self, disk, number, size=None, fs=None, mountpoint=""):
         parent = self.devices[disk]
@@ -422,6 +483,7 @@ class FakeZfs(object):
         sigs = [{"TYPE": fs, "USAGE": "filesystem"}] if fs else []
         self.devices[path] = Device(path, size, "part", disk, mountpoint,
                                     sigs)
+        self._link_partition(disk, path, number)
         parent.children.append(path)
         if not any("PTTYPE" in s for s in parent.signatures):
             parent.signatures.append({"PTTYPE": "gpt", "PTUUID": "0c0ffee1"})
@@ -799,10 +861,30 @@ class FakeZfs(object):
 
     def _family(self, path):
         """The device and everything below it, lsblk's -l order."""
-        out = [self.devices[path]]
-        for child in self.devices[path].children:
+        out = [self._dev(path)]
+        for child in out[0].children:
             out.extend(self._family(child))
         return out
+
+    def _link_partition(self, disk, part, number):
+        """udev's by-id link of a partition: its disk's, -part<N>."""
+        link = self.by_id(disk)
+        if link:
+            self.links["%s-part%d" % (link, number)] = part
+
+    def _udevadm_info(self, argv):
+        """``udevadm info --query=symlink --name=<dev>``: the device's
+        links, relative to /dev, space-separated."""
+        if len(argv) != 4 or argv[2] != "--query=symlink" or \
+                not argv[3].startswith("--name="):
+            raise _Unknown()
+        name = argv[3][len("--name="):]
+        dev = self._dev(name)
+        if dev is None:
+            raise CommandError('Unknown device "%s": No such device' % name)
+        links = sorted(l[len("/dev/"):] for l, t in self.links.items()
+                       if t == dev.path)
+        return " ".join(links) + "\n"
 
     def _lsblk(self, argv):
         if argv[1:-1] == ["-n", "-p", "-P", "-o",
@@ -813,7 +895,7 @@ class FakeZfs(object):
         else:
             raise _Unknown()
         path = argv[-1]
-        if path not in self.devices:
+        if self._dev(path) is None:
             raise CommandError("lsblk: %s: not a block device" % path, rc=32)
         lines = []
         for dev in self._family(path):
@@ -826,7 +908,9 @@ class FakeZfs(object):
 
     def _blkid_signatures(self, dev):
         sigs = [dict(s) for s in dev.signatures]
-        if dev.label:
+        # libblkid finds no zfs_member on a cache or spare device: their
+        # labels hold no uberblock
+        if dev.label and dev.label.get("klass") not in ("cache", "spare"):
             sigs.append({"LABEL": dev.label["pool"],
                          "UUID": dev.label["guid"],
                          "UUID_SUB": dev.label["leaf_guid"],
@@ -837,10 +921,10 @@ class FakeZfs(object):
         if argv[1:-1] != ["-p", "-o", "export"]:
             raise _Unknown()
         path = argv[-1]
-        if path not in self.devices:
+        if self._dev(path) is None:
             raise CommandError("blkid: error: %s: No such file or directory"
                                % path, rc=2)
-        sigs = self._blkid_signatures(self.devices[path])
+        sigs = self._blkid_signatures(self._dev(path))
         if not sigs:
             raise CommandError("", rc=2)   # nothing found: silent, exit 2
         if len([s for s in sigs if "TYPE" in s]) > 1:
@@ -853,23 +937,30 @@ class FakeZfs(object):
         return "\n".join(lines) + "\n"
 
     def _in_use(self, dev):
+        """Mounted, or opened by an imported pool (one of its leaves now:
+        a stale label of a replaced disk opens nothing)."""
         for member in self._family(dev.path):
-            if member.mountpoint:
-                return True
-            if member.label and self._active_pool(member.label["pool"]) and \
-                    self._active_pool(member.label["pool"]).guid == \
-                    member.label["guid"]:
+            if member.mountpoint or self._member_of_active(member):
                 return True
         return False
+
+    def _member_of_active(self, dev):
+        """The imported pool that has dev as a leaf now, or None."""
+        for pool in self.pools:
+            if pool.state == "ACTIVE" and [
+                    leaf for leaf in pool.leaves()
+                    if self._dev(leaf.path) is dev]:
+                return pool
+        return None
 
     def _wipefs(self, argv):
         if len(argv) != 3 or argv[1] != "-a":
             raise _Unknown()
         path = argv[2]
-        if path not in self.devices:
+        if self._dev(path) is None:
             raise CommandError("wipefs: error: %s: probing initialization "
                                "failed: No such file or directory" % path)
-        dev = self.devices[path]
+        dev = self._dev(path)
         if self._in_use(dev):
             raise CommandError("wipefs: error: %s: probing initialization "
                                "failed: Device or resource busy" % path)
@@ -890,6 +981,9 @@ class FakeZfs(object):
         for child in self.devices[path].children:
             self._remove_device(child)
         del self.devices[path]
+        for link, target in list(self.links.items()):
+            if target == path:
+                del self.links[link]
 
     def _udevadm_settle(self, argv):
         if len(argv) != 3 or not re.match(r"^--timeout=[0-9]+$", argv[2]):
@@ -951,12 +1045,13 @@ class FakeZfs(object):
         return values[prop]
 
     def _zpool_list(self, argv):
-        opts, args = self._getopt(argv, 2, "HpPvo:")
+        opts, args = self._getopt(argv, 2, "HpPvgo:")
         flags = dict(opts)
         if "H" not in flags or "o" not in flags:
             raise _Unknown()
         columns = flags["o"].split(",")
-        if "v" in flags and ("P" not in flags or columns != ["name"]):
+        if "v" in flags and (("P" in flags) == ("g" in flags) or
+                             columns != ["name"]):
             raise _Unknown()
         if args:
             pools = []
@@ -972,13 +1067,14 @@ class FakeZfs(object):
         for pool in pools:
             lines.append("\t".join(self._pool_prop(pool, c) for c in columns))
             if "v" in flags:
-                lines += self._list_vdev_lines(pool)
+                lines += self._list_vdev_lines(pool, guids="g" in flags)
         return "".join(line + "\n" for line in lines)
 
-    def _list_vdev_lines(self, pool):
+    def _list_vdev_lines(self, pool, guids=False):
         """``zpool list -v -H -P``: print_list_stats(). Vdev lines are a tab,
         the name and always the fixed statistics columns; class headers are
-        printed with spaces and dashes, even with -H."""
+        printed with spaces and dashes, even with -H. With -g instead of
+        -P, every vdev is named by its guid."""
         dashes = ("%-9s      -      -      -        -         -      -"
                   "      -      -         -")
 
@@ -1010,14 +1106,17 @@ class FakeZfs(object):
                 top = klass not in ("cache", "spare")
                 if vdev.kind == "disk":
                     leaf = vdev.leaves[0]
-                    lines.append("\t%s%s" % (leaf.path, stats(
-                        size, share, top, self._leaf_state(leaf, klass))))
+                    lines.append("\t%s%s" % (
+                        leaf.guid if guids else leaf.path, stats(
+                            size, share, top, self._leaf_state(leaf, klass))))
                     continue
-                lines.append("\t%s-%d%s" % (vdev.kind, index, stats(
-                    size, share, top, self._vdev_state(vdev))))
+                lines.append("\t%s%s" % (
+                    vdev.guid if guids else "%s-%d" % (vdev.kind, index),
+                    stats(size, share, top, self._vdev_state(vdev))))
                 for leaf in vdev.leaves:
-                    lines.append("\t%s%s" % (leaf.path, stats(
-                        0, 0, False, self._leaf_state(leaf, klass))))
+                    lines.append("\t%s%s" % (
+                        leaf.guid if guids else leaf.path, stats(
+                            0, 0, False, self._leaf_state(leaf, klass))))
         return lines
 
     @staticmethod
@@ -1140,7 +1239,7 @@ class FakeZfs(object):
         if not words:
             raise CommandError("missing vdev specification", rc=2)
         for word in words:
-            if word.startswith("/") and word not in self.devices:
+            if word.startswith("/") and self._dev(word) is None:
                 raise CommandError("cannot open '%s': No such file or "
                                    "directory" % word)
         groups = self._parse_vdevs(words, name, force)
@@ -1151,7 +1250,8 @@ class FakeZfs(object):
                                " is named twice")
         must, may = [], []
         for path in paths:
-            problem, fixable = self._check_leaf_free(path, force)
+            problem, fixable = self._check_leaf_free(self._dev(path).path,
+                                                     force)
             if problem and not fixable:
                 must.append(problem)
             elif problem and not force:
@@ -1168,49 +1268,60 @@ class FakeZfs(object):
             raise CommandError("%s: pool already exists" % errprefix)
         pool = Pool(name, self._new_guid(), [], pool_props)
         for kind, klass, group_paths in groups:
-            leaves = [self._make_leaf(pool, p) for p in group_paths]
-            pool.vdevs.append(Vdev(kind, klass, leaves))
+            leaves = [self._make_leaf(pool, p, klass) for p in group_paths]
+            pool.vdevs.append(Vdev(kind, klass, leaves,
+                                   None if kind == "disk" else
+                                   self._new_guid()))
         self.pools.append(pool)
         root = self._new_dataset(pool, name, "filesystem", fs_props)
         root.refer = FS_BASE
         return ""
 
-    def _make_leaf(self, pool, path):
-        """Label the device; a whole disk gets ZFS's own partitions."""
-        dev = self.devices[path]
+    def _make_leaf(self, pool, path, klass=None):
+        """Label the device; a whole disk gets ZFS's own partitions (and a
+        new GPT uuid). Given by a udev link, the leaf is the partition's
+        link (<link>-part1), as ZFS names it."""
+        dev = self._dev(path)
         for child in list(dev.children):
             self._remove_device(child)
         dev.children = []
         dev.signatures, dev.label = [], None
         if dev.kind == "disk":
-            dev.signatures = [{"PTTYPE": "gpt", "PTUUID": pool.guid[-8:]}]
-            data = self._part_name(path, 1)
-            reserved = self._part_name(path, 9)
+            ptuuid = "%s-%s" % (self._new_guid()[-8:], pool.guid[-8:])
+            dev.signatures = [{"PTTYPE": "gpt", "PTUUID": ptuuid}]
+            data = self._part_name(dev.path, 1)
+            reserved = self._part_name(dev.path, 9)
             self.devices[data] = Device(data, dev.size - 9 * MiB, "part",
-                                        path)
-            self.devices[reserved] = Device(reserved, 8 * MiB, "part", path)
+                                        dev.path)
+            self.devices[reserved] = Device(reserved, 8 * MiB, "part",
+                                            dev.path)
+            self._link_partition(dev.path, data, 1)
+            self._link_partition(dev.path, reserved, 9)
             dev.children = [data, reserved]
-            path, dev = data, self.devices[data]
+            linked = path != dev.path
+            path = path + "-part1" if linked else data
+            dev = self.devices[data]
         leaf = Leaf(path, dev.size, self._new_guid())
         dev.label = {"pool": pool.name, "guid": pool.guid,
-                     "leaf_guid": leaf.guid}
+                     "leaf_guid": leaf.guid, "klass": klass}
         return leaf
 
     def _visible_to_scan(self, pool, dirs):
         if not dirs:
             return True
         for leaf in pool.leaves():
+            path = self.links.get(leaf.path, leaf.path)
             for where in dirs:
-                if leaf.path == where or leaf.path.startswith(
-                        where.rstrip("/") + "/"):
+                where = self.links.get(where, where)
+                if path == where or path.startswith(where.rstrip("/") + "/"):
                     return True
         return False
 
     def _labelled(self, pool):
         """Whether the pool's leaves still carry its labels."""
-        return any(self.devices.get(leaf.path) is not None and
-                   self.devices[leaf.path].label is not None and
-                   self.devices[leaf.path].label["guid"] == pool.guid
+        return any(self._dev(leaf.path) is not None and
+                   self._dev(leaf.path).label is not None and
+                   self._dev(leaf.path).label["guid"] == pool.guid
                    for leaf in pool.leaves())
 
     def _importable(self, dirs):
@@ -1281,7 +1392,8 @@ class FakeZfs(object):
             ds.clones = [new + c[len(old):] for c in ds.clones]
         pool.datasets, pool.name = renamed, new
         for leaf in (pool.leaves() if labels else []):
-            label = self.devices[leaf.path].label
+            dev = self._dev(leaf.path)
+            label = dev.label if dev else None
             if label and label["guid"] == pool.guid:
                 label["pool"] = new
 
@@ -1330,13 +1442,15 @@ class FakeZfs(object):
         if len(args) != 1:
             raise _Unknown()
         path = args[0]
-        if path not in self.devices:
+        if self._dev(path) is None:
             raise CommandError("failed to open %s: No such file or directory"
                                % path)
-        dev = self.devices[path]
+        dev = self._dev(path)
         if dev.label:
-            pool = self._active_pool(dev.label["pool"])
-            if pool is not None and pool.guid == dev.label["guid"]:
+            # zpool_in_use(): the label's vdev must be in the imported
+            # pool's config now (a replaced disk's stale label is not)
+            pool = self._member_of_active(dev)
+            if pool is not None:
                 raise CommandError(
                     "labelclear operation failed.\n\tVdev %s is a member "
                     "(ACTIVE), of pool \"%s\".\n\tTo remove label information"
@@ -1650,6 +1764,23 @@ class FakeZfs(object):
                 return False
         ds.props[key] = value
         return True
+
+    def _zfs_inherit(self, argv):
+        """``zfs inherit <prop> <dataset>...``: the local value goes (no
+        error when there was none)."""
+        opts, args = self._getopt(argv, 2, "rS")
+        if opts or len(args) < 2:
+            raise _Unknown()
+        prop, names = args[0], args[1:]
+        for name in names:
+            pool, ds = self._lookup(name)
+            if ":" not in prop and prop not in NATIVE_DEFAULTS:
+                raise CommandError("invalid property '%s'" % prop, rc=2)
+            if pool.readonly:
+                raise CommandError("cannot inherit %s for '%s': pool is "
+                                   "read-only" % (prop, name))
+            ds.props.pop(prop, None)
+        return ""
 
     def _zfs_create(self, argv):
         opts, args = self._getopt(argv, 2, "V:so:b:")

@@ -508,3 +508,191 @@ def test_one_lock_order_everywhere():
         for line in takes_global:
             assert line.index("global_lock") < line.find("sr_lock") or \
                 "sr_lock" not in line, line
+
+
+# --- destroy wipes only the pool's own members ---------------------------------
+
+def blank(fake, disk):
+    dev = fake.devices[disk]
+    return (dev.signatures, dev.children, dev.label) == ([], [], None)
+
+
+def test_destroy_never_wipes_a_disk_that_took_a_members_name(fake):
+    """After a reboot the pool's second disk is /dev/sdg, and a new disk
+    (the admin's, with a filesystem) is /dev/sdc, the name SR.create was
+    given: it is no member, and keeps its data."""
+    sr, stored = create_sr({"device": "/dev/sdb,/dev/sdc"})
+    call("SR.detach", sr=sr)
+    fake.rename_disk("/dev/sdc", "/dev/sdg")
+    fake.add_disk("/dev/sdc", fs="ext4")
+    sr = call("SR.attach", configuration=stored)
+    mark = len(fake.calls)
+    call("SR.destroy", sr=sr)
+    assert fake.devices["/dev/sdc"].signatures == [
+        {"TYPE": "ext4", "USAGE": "filesystem"}]
+    assert not [a for a in fake.mutations(since=mark)
+                if "/dev/sdc" in a or "/dev/sdc1" in a]
+    assert blank(fake, "/dev/sdb")
+    # the renamed member loses its label; its partition table, which
+    # SR.create was not given under this name, stays
+    assert fake.devices["/dev/sdg1"].label is None
+
+
+def test_destroy_after_zpool_replace_spares_the_replaced_disk(fake):
+    """The admin replaced /dev/sdc by /dev/sdd and put a filesystem on
+    /dev/sdc: SR.destroy leaves it; /dev/sdd, a member now, loses its ZFS
+    label (its partition table stays: zfs-ng was not given it)."""
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.replace("tank", "/dev/sdc1", "/dev/sdd")
+    fake.admin("wipefs -a /dev/sdc")
+    fake.devices["/dev/sdc"].signatures = [{"TYPE": "xfs"}]
+    mark = len(fake.calls)
+    call("SR.destroy", sr=sr)
+    assert fake.devices["/dev/sdc"].signatures == [{"TYPE": "xfs"}]
+    assert not [a for a in fake.mutations(since=mark)
+                if a[-1].startswith("/dev/sdc")]
+    assert blank(fake, "/dev/sdb")
+    assert fake.devices["/dev/sdd1"].label is None
+    assert fake.devices["/dev/sdd"].signatures[0]["PTTYPE"] == "gpt"
+
+
+def test_destroy_leaves_a_leaf_whose_label_is_another_vdev(fake):
+    """The pool lists /dev/sdc1, but the label there is another vdev's
+    (a disk renamed under an imported pool): not cleaned."""
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.replace("tank", "/dev/sdc1", "/dev/sdd")
+    leaf = fake.pool("tank").vdevs[0].leaves[1]
+    leaf.path = "/dev/sdc1"          # the stale label of the old member
+    call("SR.destroy", sr=sr)
+    assert fake.devices["/dev/sdc1"].label is not None
+    assert not fake.ran("wipefs", "-a", "/dev/sdc")
+    assert not fake.ran("zpool", "labelclear", "-f", "--", "/dev/sdc1")
+    assert blank(fake, "/dev/sdb")
+
+
+def test_create_names_disks_by_id(fake):
+    """Disks given by kernel name go into the pool and SR_DEVICES by their
+    /dev/disk/by-id name; the stored configuration keeps what was given."""
+    fake.add_disk("/dev/sdf", by_id="wwn-0x5000c500a1b2c3d4")
+    fake.links["/dev/disk/by-id/ata-ST4000_Z1Z2"] = "/dev/sdf"
+    fake.add_disk("/dev/sdg", by_id="nvme-Samsung_SSD_970_S1")
+    stored = call("SR.create", uuid=SR_UUID, name="tank", description="",
+                  configuration={"vdev": "mirror /dev/sdf /dev/sdg"})
+    assert stored["vdev"] == "mirror /dev/sdf /dev/sdg"
+    [argv] = fake.ran("zpool", "create")
+    assert argv[-3:] == ["mirror", "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4",
+                         "/dev/disk/by-id/nvme-Samsung_SSD_970_S1"]
+    assert json.loads(fake.local_props("tank")[meta.SR_DEVICES]) == [
+        "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4",
+        "/dev/disk/by-id/nvme-Samsung_SSD_970_S1"]
+    assert [leaf.path for leaf in fake.pool("tank").leaves()] == [
+        "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4-part1",
+        "/dev/disk/by-id/nvme-Samsung_SSD_970_S1-part1"]
+
+
+def test_by_id_disks_are_wiped_whatever_their_name_now(fake):
+    fake.add_disk("/dev/sdf", by_id="ata-DISK_ONE")
+    fake.add_disk("/dev/sdg", by_id="ata-DISK_TWO")
+    sr, stored = create_sr({"device": "/dev/sdf,/dev/sdg"})
+    call("SR.detach", sr=sr)
+    fake.rename_disk("/dev/sdf", "/dev/sdh")   # a reboot swaps names
+    fake.rename_disk("/dev/sdg", "/dev/sdf")
+    fake.add_disk("/dev/sdg", fs="ext4")       # and a new disk arrives
+    sr = call("SR.attach", configuration=stored)
+    call("SR.destroy", sr=sr)
+    assert blank(fake, "/dev/sdh") and blank(fake, "/dev/sdf")
+    assert fake.devices["/dev/sdg"].signatures[0]["TYPE"] == "ext4"
+    assert sorted(a[-1] for a in fake.ran("wipefs")) == [
+        "/dev/disk/by-id/ata-DISK_ONE", "/dev/disk/by-id/ata-DISK_TWO"]
+
+
+def test_destroy_cleans_log_cache_and_spare_disks(fake):
+    """Cache and spare labels name no pool (blkid does not even see them):
+    they are proved by their vdev guid."""
+    fake.add_disk("/dev/sdf")
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc log /dev/sdd "
+                               "cache /dev/sde spare /dev/sdf"})
+    call("SR.destroy", sr=sr)
+    for disk in ("/dev/sdb", "/dev/sdc", "/dev/sdd", "/dev/sde", "/dev/sdf"):
+        assert blank(fake, disk), disk
+
+
+def test_destroy_of_a_partition_clears_only_its_label(fake):
+    part = fake.add_partition("/dev/sdb", 3)
+    sr, _ = create_sr({"device": part})
+    call("SR.destroy", sr=sr)
+    assert fake.devices[part].label is None
+    assert not fake.ran("wipefs")
+    assert fake.devices["/dev/sdb"].signatures[0]["PTTYPE"] == "gpt"
+
+
+# --- destroy refuses what zfs-ng did not make -----------------------------------
+
+OTHER_DATA = {
+    "filesystem": (["zfs create tank/backups"], ["tank/backups"]),
+    "zfs recv copy": (["zfs create -V 1G -o org.xcp-ng.zfs-ng:vdi="
+                       "0e7d3f5c-2b1a-4c9d-8e6f-1a2b3c4d5e6f tank/copy"],
+                      ["tank/copy"]),
+    "admin zvol": (["zfs create -V 1G tank/adminvol",
+                    "zfs snapshot tank/adminvol@s"], ["tank/adminvol"]),
+    "pool snapshot": (["zfs snapshot tank@before"], ["tank@before"]),
+    "nested": (["zfs create tank/a", "zfs create tank/a/b",
+                "zfs snapshot tank/a/b@x"], ["tank/a"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_DATA))
+def test_destroy_refuses_data_zfsng_did_not_make(fake, case):
+    commands, named = OTHER_DATA[case]
+    sr, _ = create_sr()
+    for command in commands:
+        fake.admin(command)
+    mark = len(fake.calls)
+    with pytest.raises(errors.SrHoldsOtherData) as info:
+        call("SR.destroy", sr=sr)
+    for name in named:
+        assert name in info.value.message
+    assert fake.mutations(since=mark) == []
+    assert fake.imported() == ["tank"]
+    assert info.value.params()[0] == "SrHoldsOtherData"
+
+
+def test_destroy_refuses_an_admins_snapshot_of_a_hidden_parent(fake):
+    """A hidden zvol (its VDI destroyed, a clone still needing it) with
+    the admin's own snapshot: the snapshot is the admin's."""
+    sr, _ = create_sr()
+    vdi = create_volume(sr)
+    snap = call("Volume.snapshot", sr=sr, key=vdi["key"])
+    clone = call("Volume.clone", sr=sr, key=snap["key"])
+    fake.admin("zfs snapshot tank/%s@mine" % vdi["key"])
+    for key in (vdi["key"], snap["key"], clone["key"]):
+        call("Volume.destroy", sr=sr, key=key)
+    with pytest.raises(errors.SrHoldsOtherData) as info:
+        call("SR.destroy", sr=sr)
+    assert "tank/%s@mine" % vdi["key"] in info.value.message
+
+
+def test_destroy_of_an_adopted_sr_refuses_data_below_it(fake):
+    sr, _ = adopted(fake)
+    fake.admin("zfs create %s/keep" % sr)
+    mark = len(fake.calls)
+    with pytest.raises(errors.SrHoldsOtherData) as info:
+        call("SR.destroy", sr=sr)
+    assert sr + "/keep" in info.value.message
+    assert fake.mutations(since=mark) == []
+
+
+def test_zfsngs_own_leftovers_do_not_block_destroy(fake):
+    """Hidden parents awaiting collection, a datapath clone, a reset point,
+    an internal snapshot: zfs-ng's own, destroyed with the pool."""
+    sr, _ = create_sr()
+    hidden = "tank/0e7d3f5c-2b1a-4c9d-8e6f-1a2b3c4d5e6f"
+    fake.admin("zfs create -V 1G -o org.xcp-ng.zfs-ng:vdi=destroyed %s"
+               % hidden)
+    fake.admin("zfs snapshot %s@zfsng-nonpersistent" % hidden)
+    fake.admin("zfs snapshot %s@zfsng-clone-1c2d3e4f-5a6b-4c7d-8e9f-"
+               "0a1b2c3d4e5f" % hidden)
+    fake.admin("zfs create -V 1G -o org.xcp-ng.zfs-ng:datapath-clone=x "
+               "tank/5f6e7d8c-9b0a-4c1d-8e2f-3a4b5c6d7e8f.ro")
+    call("SR.destroy", sr=sr)
+    assert fake.imported() == []

@@ -19,7 +19,7 @@ _HOLDER_TYPES = ("lvm", "crypt", "dm", "mpath", "md", "raid0", "raid1",
                  "raid4", "raid5", "raid6", "raid10", "linear")
 
 
-def _lsblk(device):
+def lsblk(device):
     """Rows (dicts NAME/TYPE/MOUNTPOINT) for the device and its children."""
     # -P (key="value" pairs) lists the device, then everything below it;
     # util-linux refuses it together with -l.
@@ -37,36 +37,82 @@ def family(device):
     """Real paths of a device and of everything below it (partitions,
     holders), or [] when it does not exist."""
     try:
-        rows = _lsblk(device)
+        rows = lsblk(device)
     except errors.DeviceNotFound:
         return []
     return [os.path.realpath(r["NAME"]) for r in rows if r.get("NAME")]
 
 
-def _signatures(device):
-    """What blkid recognises on the device ({} when it is blank)."""
+def kernel_name(path):
+    """The kernel's name of the device path names (/dev/sdb for a
+    /dev/disk/by-id link), or None when there is no such device."""
+    try:
+        return os.path.realpath(lsblk(path)[0]["NAME"])
+    except (errors.DeviceNotFound, IndexError, KeyError):
+        return None
+
+
+def _blkid(device):
+    """(exit status, {KEY: value}, stderr) of ``blkid -p -o export``."""
     result = runner.run(["blkid", "-p", "-o", "export", device])
-    if result.rc == 2:          # blkid: nothing found
-        return {}
-    if result.rc == 8:          # blkid: several signatures (ambivalent)
-        return {"TYPE": "several signatures (%s)" % result.err.strip()}
-    if result.rc != 0:
-        raise errors.DeviceNotFound("device %s: blkid: %s"
-                                    % (device, result.err.strip()))
     found = {}
     for line in result.out.splitlines():
-        key, _, value = line.partition("=")
-        if key in ("TYPE", "PTTYPE", "LABEL"):
+        key, sep, value = line.partition("=")
+        if sep:
             found[key] = value
-    return found
+    return result.rc, found, result.err.strip()
+
+
+def partition_table_uuid(device):
+    """The uuid of the device's partition table (GPT's disk GUID, which
+    ZFS writes new when it partitions a whole disk), or None."""
+    rc, found, _ = _blkid(device)
+    return found.get("PTUUID") if rc == 0 else None
+
+
+def _signatures(device):
+    """What blkid recognises on the device ({} when it is blank)."""
+    rc, found, err = _blkid(device)
+    if rc == 2:                 # blkid: nothing found
+        return {}
+    if rc == 8:                 # blkid: several signatures (ambivalent)
+        return {"TYPE": "several signatures (%s)" % err}
+    if rc != 0:
+        raise errors.DeviceNotFound("device %s: blkid: %s" % (device, err))
+    return dict((k, v) for k, v in found.items()
+                if k in ("TYPE", "PTTYPE", "LABEL"))
+
+
+def stable_name(device):
+    """A /dev/disk/by-id name of the device when it is given by its kernel
+    name (/dev/sdb, /dev/nvme0n1p3): kernel names change with a reboot, a
+    hot-plug or a new controller; by-id names (wwn-, ata-, nvme-, scsi-...)
+    follow the disk. A wwn- name is preferred (unique by design), then the
+    first in order. Any other path (already by-id, /dev/mapper/...) is kept
+    as given, and so is a device udev gives no by-id name.
+    """
+    if os.path.dirname(device) != "/dev":
+        return device
+    result = runner.run(["udevadm", "info", "--query=symlink",
+                         "--name=" + device])
+    if result.rc != 0:
+        return device
+    links = ["/dev/" + link for link in result.out.split()
+             if link.startswith("disk/by-id/") and
+             not link.startswith("disk/by-id/lvm-pv-uuid-")]
+    if not links:
+        return device
+    return sorted(links, key=lambda l: (
+        not os.path.basename(l).startswith("wwn-"), l))[0]
 
 
 def _pool_members():
-    """{real device path: pool name} for every leaf of every imported pool."""
+    """{kernel device path: pool name} for every leaf of every imported
+    pool (leaves may be named by udev links)."""
     members = {}
     for pool in zfs.list_pools():
         for path in zfs.pool_leaf_devices(pool["name"]):
-            members[os.path.realpath(path)] = pool["name"]
+            members[kernel_name(path) or path] = pool["name"]
     return members
 
 
@@ -102,7 +148,7 @@ def check_free(devices, force):
     """Raise unless every device can become part of a new pool."""
     members = _pool_members()
     for device in devices:
-        _check_family(device, _lsblk(device), members)
+        _check_family(device, lsblk(device), members)
     if force:
         return
     for device in devices:
@@ -114,15 +160,9 @@ def check_free(devices, force):
                 "add device-config:force=true" % (device, what))
 
 
-def wipe(devices):
-    """Remove the signatures zfs-ng's pool left (labels, partition table).
-
-    Used after SR.destroy so the disks can be reused without force. Errors
-    are returned, not raised: the pool is already gone by then.
-    """
-    problems = []
-    for device in devices:
-        result = runner.run(["wipefs", "-a", device])
-        if result.rc != 0:
-            problems.append("%s: %s" % (device, result.err.strip()))
-    return problems
+def wipe(device):
+    """Erase the signatures on device (``wipefs -a``): the partition table
+    ZFS wrote on a whole disk, so it takes a new pool without force."""
+    result = runner.run(["wipefs", "-a", device])
+    if result.rc != 0:
+        raise errors.DeviceInUse("%s: %s" % (device, result.err.strip()))

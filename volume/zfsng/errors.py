@@ -64,6 +64,13 @@ class SrNotEmpty(StorageError):
         return []
 
 
+class SrHoldsOtherData(StorageError):
+    """SR.destroy of an SR whose dataset holds datasets, snapshots or
+    bookmarks zfs-ng did not make (an admin's ``zfs recv`` copy, a
+    tank/backups filesystem, a snapshot of the pool): refused, nothing
+    changed; the message names them."""
+
+
 class VdiShrinkNotAllowed(StorageError):
     """Volume.resize to a smaller size (XenAPI 'VDI shrinking not allowed')."""
 

@@ -44,6 +44,10 @@ SR_PROVISIONING = prop("provisioning")
 SR_VOLBLOCKSIZE = prop("volblocksize")
 SR_FORMAT = prop("format")
 SR_DEVICES = prop("devices")         # JSON list: the disks zfs-ng was given
+# JSON of the device-config SR.create was given, on a pool zfs-ng created;
+# removed by the SR's first SR.attach. A pool that still has it was never
+# attached: a create killed after "zpool create" (see sr.py, _unclaimed).
+SR_UNCLAIMED = prop("unclaimed")
 
 # VDI properties (local on each zvol / snapshot)
 VDI_UUID = prop("vdi")
@@ -60,6 +64,9 @@ INTERNAL_SNAPSHOT = "zfsng-clone-"
 # The datapath's reset point for a non-persistent disk: <vol>@<this>. It is
 # zfs-ng's own, so it never keeps a destroyed VDI alive.
 NONPERSISTENT_SNAPSHOT = "zfsng-nonpersistent"
+# The datapath's read-only clone of a snapshot VDI, <sr>/<snapshot uuid>.ro,
+# carries this property (zfsng_datapath.datapath).
+DATAPATH_CLONE = prop("datapath-clone")
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",

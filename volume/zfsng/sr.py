@@ -11,8 +11,8 @@ child dataset.
 import json
 import os
 
-from zfsng import alert, devconfig, devices, errors, hostid, log, lock, \
-    meta, names, runner, zfs
+from zfsng import alert, cleanup, devconfig, devices, errors, hostid, log, \
+    lock, meta, names, runner, zfs
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -25,7 +25,11 @@ def find_srs(pool=None):
 
 
 def find_sr_by_uuid(sr_uuid, pool=None):
-    for dataset, value in find_srs(pool):
+    return _sr_in(find_srs(pool), sr_uuid)
+
+
+def _sr_in(found, sr_uuid):
+    for dataset, value in found:
         if value == sr_uuid:
             return dataset
     return None
@@ -152,7 +156,7 @@ def stat_of(sr, row=None, sr_health=None):
 
 # --- create ---------------------------------------------------------------------
 
-def _sr_props(uuid, cfg, name, description, owner):
+def _sr_props(uuid, cfg, name, description, owner, configuration=None):
     props = {
         "volmode": "dev",            # dom0 never scans guests' partitions
         "compression": cfg.compression,
@@ -169,6 +173,7 @@ def _sr_props(uuid, cfg, name, description, owner):
         props["sync"] = cfg.sync
     if owner == "pool":
         props[meta.SR_DEVICES] = meta.encode_keys(cfg.devices)
+        props[meta.SR_UNCLAIMED] = meta.encode_keys(configuration)
     return props
 
 
@@ -189,9 +194,19 @@ def _choose_pool_name(uuid, cfg, name):
     return fallback
 
 
-def _create_pool(uuid, cfg, name, description):
+def _stable_devices(cfg):
+    """Name the devices by /dev/disk/by-id where the admin gave kernel
+    names: in the pool (zpool status shows them) and in SR_DEVICES, which
+    SR.destroy reads to know which whole disks were given to zfs-ng."""
+    stable = dict((d, devices.stable_name(d)) for d in cfg.devices)
+    cfg.devices = [stable[d] for d in cfg.devices]
+    cfg.vdev_args = [stable.get(w, w) for w in cfg.vdev_args]
+
+
+def _create_pool(uuid, cfg, name, description, configuration):
     pool = _choose_pool_name(uuid, cfg, name)
     devices.check_free(cfg.devices, cfg.force)
+    _stable_devices(cfg)
     # multihost: no second host can import it while this one has it
     # (see hostid); it needs this host's hostid.
     hostid.require()
@@ -200,7 +215,8 @@ def _create_pool(uuid, cfg, name, description):
         pool_props["ashift"] = str(cfg.ashift)
     log.info("creating pool %s on %s", pool, " ".join(cfg.vdev_args))
     zfs.create_pool(pool, cfg.vdev_args, pool_props,
-                    _sr_props(uuid, cfg, name, description, "pool"),
+                    _sr_props(uuid, cfg, name, description, "pool",
+                              configuration),
                     force=cfg.force)
     return pool
 
@@ -232,6 +248,41 @@ def _create_child(uuid, cfg, name, description):
     return dataset
 
 
+def _unclaimed(found, configuration):
+    """A pool an SR.create with this same device-config made, that was
+    never attached and holds nothing, or None.
+
+    Such a pool is what a create killed after "zpool create" leaves: xapi
+    never got its answer, so it forgot the SR, and retries with a new SR
+    uuid on the same disks, which the pool now holds. Nothing could have
+    used it (no SR.attach ever ran: the marker is there; no dataset or
+    snapshot in it), so the retry takes it over instead of failing with
+    DeviceInUse. (If xapi did get the answer but the PBD never plugged, its
+    empty SR record no longer attaches: SR_does_not_exist; forget it.)
+    """
+    wanted = meta.encode_keys(configuration)
+    for dataset, _ in found:
+        if "/" in dataset:
+            continue
+        row = zfs.get_one(dataset, [meta.SR_OWNER, meta.SR_UNCLAIMED])
+        if row[meta.SR_OWNER] != "pool" or row[meta.SR_UNCLAIMED] != wanted:
+            continue
+        if len(zfs.list_datasets(dataset, ["name"], types="all")) == 1:
+            return dataset
+    return None
+
+
+def _claim(pool, uuid, name, description):
+    """Make the unclaimed pool this SR: one zfs set, atomic."""
+    log.info("pool %s was made by an SR.create that never finished, with "
+             "this device-config, and never used: it becomes SR %s",
+             pool, uuid)
+    zfs.set_props(pool, {meta.SR_UUID: uuid,
+                         meta.SR_NAME: meta.encode_text(name),
+                         meta.SR_DESCRIPTION: meta.encode_text(description)})
+    return pool
+
+
 def _stored_config(configuration, dataset):
     pool = zfs.pool_by_name(pool_of(dataset))
     stored = dict(configuration)
@@ -249,11 +300,17 @@ def create(dbg, uuid, configuration, name, description):
                 "device-config:%s is set by zfs-ng; do not give it to "
                 "sr-create" % key)
     with lock.global_lock():
-        dataset = find_sr_by_uuid(uuid)
+        found = find_srs()
+        dataset = _sr_in(found, uuid)
+        unclaimed = None if dataset or cfg.source != "pool" else \
+            _unclaimed(found, configuration)
         if dataset:  # a repeated create: answer as the first one did
             log.info("SR %s already exists at %s", uuid, dataset)
+        elif unclaimed:
+            dataset = _claim(unclaimed, uuid, name, description)
         elif cfg.source == "pool":
-            dataset = _create_pool(uuid, cfg, name, description)
+            dataset = _create_pool(uuid, cfg, name, description,
+                                   configuration)
         else:
             dataset = _create_child(uuid, cfg, name, description)
         return _stored_config(configuration, dataset)
@@ -407,15 +464,47 @@ def wait_for_links(sr, timeout=LINK_TIMEOUT):
                     int(timeout), ", ".join(missing))
 
 
+def _destroy_left(cfg):
+    """The SR string of a pool whose SR.destroy was killed after zpool
+    destroy (its clean-up is saved, see ``cleanup``), or None. xapi
+    retries an SR.destroy with SR.attach first: attach answers this string,
+    and SR.destroy of it finishes the clean-up."""
+    plan = cleanup.load(cfg.pool_guid) if cfg.pool_guid else None
+    return plan["pool"] + DESTROYING + cfg.pool_guid if plan else None
+
+
 def attach(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     with lock.global_lock():
-        dataset = _locate(cfg)
+        try:
+            dataset = _locate(cfg)
+        except errors.PoolNotFound:
+            left = _destroy_left(cfg)
+            if left is None:
+                raise
+            log.info("the SR's pool was destroyed; SR.destroy of %s "
+                     "finishes cleaning its disks", left)
+            return left
+        if cfg.pool_guid and cleanup.load(cfg.pool_guid):
+            cleanup.drop(cfg.pool_guid)  # killed before zpool destroy
     from zfsng import volume
     with lock.sr_lock(dataset):
+        _claimed(dataset)
         volume.collect(dataset)  # finish what a crash may have left
     wait_for_links(dataset)
     return dataset
+
+
+def _claimed(sr):
+    """The SR's first attach: remove the mark that lets a retried SR.create
+    take the pool over (see _unclaimed); from now on it is in use."""
+    if zfs.get_one(sr, [meta.SR_UNCLAIMED])[meta.SR_UNCLAIMED] is None:
+        return
+    try:
+        zfs.inherit(sr, meta.SR_UNCLAIMED)
+    except errors.ZfsError as exc:
+        log.warning("%s: cannot remove %s: %s", sr, meta.SR_UNCLAIMED,
+                    exc.message)
 
 
 def detach(dbg, sr):
@@ -434,35 +523,85 @@ def detach(dbg, sr):
 
 # --- destroy -------------------------------------------------------------------------
 
+# What SR.attach returns for a pool whose SR.destroy was killed after
+# "zpool destroy": <pool>#destroying-<guid>. No dataset has such a name
+# ('#' is not allowed in one), so no call can take it for a live SR; only
+# SR.destroy does something with it: it finishes the clean-up.
+DESTROYING = "#destroying-"
+
+
+def _recorded_devices(row):
+    """The devices SR.create was given (SR_DEVICES), [] if unreadable."""
+    try:
+        disks = json.loads(row.get(meta.SR_DEVICES) or "[]")
+    except ValueError:
+        return []
+    return [d for d in disks if isinstance(d, str)] \
+        if isinstance(disks, list) else []
+
+
 def _destroy_pool(pool, row):
-    leaves = zfs.pool_leaf_devices(pool)
-    disks = json.loads(row.get(meta.SR_DEVICES) or "[]")
-    log.info("destroying pool %s (devices %s)", pool, ", ".join(disks))
-    zfs.destroy_pool(pool)
-    problems = []
-    for leaf in leaves:
-        try:
-            zfs.labelclear(leaf)
-        except errors.ZfsError as exc:
-            problems.append("%s: %s" % (leaf, exc.message))
-    problems += devices.wipe(disks)
-    for problem in problems:
-        log.warning("pool %s destroyed, but cleaning a disk failed: %s",
-                    pool, problem)
+    """zpool destroy, then blank the pool's disks (see ``cleanup``): what
+    to blank is decided and saved before, so that a destroy killed in
+    between is finished by the next one."""
+    guid = zfs.pool_by_name(pool)["guid"]
+    plan = cleanup.make(pool, pool, guid, zfs.pool_leaves(pool),
+                        _recorded_devices(row))
+    cleanup.save(plan)
+    log.info("destroying pool %s, then cleaning %s", pool,
+             ", ".join(t["path"] for t in plan["targets"]) or "nothing")
+    try:
+        zfs.destroy_pool(pool)
+    except errors.ZfsError:
+        if zfs.pool_by_guid(guid):
+            cleanup.drop(guid)      # not destroyed: nothing to finish
+        raise
+    cleanup.finish(plan, check=False)
+
+
+def _finish_destroyed(sr):
+    """SR.destroy of an SR that is not attached: finish the clean-up a
+    killed destroy left, if any (see ``cleanup``)."""
+    if DESTROYING in sr:
+        plans = [p for p in [cleanup.load(sr.partition(DESTROYING)[2])] if p]
+    else:
+        plans = cleanup.load_for(sr)
+    if not plans:
+        log.info("SR %s does not exist: already destroyed", sr)
+    for plan in plans:
+        log.info("finishing the clean-up of destroyed pool %s (guid %s)",
+                 plan["pool"], plan["pool_guid"])
+        cleanup.finish(plan)
+
+
+def _refuse_other_data(sr):
+    from zfsng import volume  # volume imports sr: import here, not at top
+    found = volume.other_data(sr)
+    if found:
+        shown = ", ".join(found[:10]) + (
+            " and %d more" % (len(found) - 10) if len(found) > 10 else "")
+        raise errors.SrHoldsOtherData(
+            "SR %s holds data zfs-ng did not create: %s. Destroying the SR "
+            "would destroy it too; move it away or destroy it yourself "
+            "(zfs rename, zfs destroy), then destroy the SR" % (sr, shown))
 
 
 def destroy(dbg, sr):
+    """Refused while the SR holds a VDI (SrNotEmpty) or anything zfs-ng did
+    not make (SrHoldsOtherData); then the pool zfs-ng created is destroyed
+    and its disks blanked, or the SR's own dataset destroyed."""
     with lock.global_lock(), lock.sr_lock(sr):
         try:
             row = sr_row(sr)
         except errors.Sr_not_attached:
-            log.info("SR %s does not exist: already destroyed", sr)
+            _finish_destroyed(sr)
             return None
         count = visible_volume_count(sr)
         if count:
             raise errors.SrNotEmpty(
                 "SR %s still holds %d VDI(s); destroy them first"
                 % (sr, count))
+        _refuse_other_data(sr)
         if row[meta.SR_OWNER] == "pool":
             _destroy_pool(pool_of(sr), row)
         else:

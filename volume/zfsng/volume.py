@@ -293,6 +293,52 @@ def collect(sr, rows=None):
     log.warning("collect: still work left after %d rounds", COLLECT_ROUNDS)
 
 
+FOREIGN_COLUMNS = ["name", "type", "defer_destroy", meta.VDI_UUID,
+                   meta.DATAPATH_CLONE]
+
+
+def _made_by_zfsng(row, sr):
+    """Whether a dataset, snapshot or bookmark below the SR dataset is
+    zfs-ng's own: a zvol <sr>/<uuid> carrying a vdi value (a VDI, a hidden
+    parent awaiting collection, a zvol the datapath set aside), a datapath
+    clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots, snapshots
+    being freed (deferred), internal and reset-point snapshots. Anything
+    else (filesystems, other zvols, the admin's snapshots, bookmarks) is
+    not."""
+    parent, _, last = _parent(row).rpartition("/")
+    if parent != sr:
+        return False
+    if row["type"] == "volume":
+        if names.is_uuid(last):
+            return bool(row.get(meta.VDI_UUID))
+        return last.endswith(".ro") and names.is_uuid(last[:-3]) and \
+            row.get(meta.DATAPATH_CLONE) is not None
+    if row["type"] != "snapshot":
+        return False
+    return _is_vdi(row) or _is_internal(row) or \
+        row.get("defer_destroy") == "on" or \
+        meta.object_uuid(row["name"]) == meta.NONPERSISTENT_SNAPSHOT
+
+
+def _below(name, parent):
+    return name.startswith(parent + "/") or name.startswith(parent + "@") \
+        or name.startswith(parent + "#")
+
+
+def other_data(sr):
+    """The datasets, snapshots and bookmarks below the SR dataset that
+    zfs-ng did not make, outermost only (what is below one of them is not
+    named again). SR.destroy refuses while there is any: destroying the
+    pool or the SR dataset would destroy them."""
+    found = []
+    for row in zfs.list_datasets(sr, FOREIGN_COLUMNS, types="all"):
+        if row["name"] == sr or _made_by_zfsng(row, sr) or \
+                any(_below(row["name"], f) for f in found):
+            continue
+        found.append(row["name"])
+    return found
+
+
 def _needs_collect(rows):
     return any(_is_hidden(r) or (_is_internal(r) and
                                  r.get("defer_destroy") != "on")

@@ -372,22 +372,66 @@ def destroy_pool(name):
     zpool("destroy", "--", name)
 
 
-_LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname")
+_LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")
 
 
-def read_label(device):
-    """The pool facts in a device's first readable ZFS label, from
-    ``zdb -l``: {name, state, pool_guid, hostid, hostname} (values as zdb
-    prints them, quotes removed; state "0" is imported, "1" exported), or
-    None when the device holds no label. Reads the device only.
-    """
+def _label(device):
+    """The facts of a device's first readable ZFS label (``zdb -l``): the
+    first value of each of _LABEL_KEYS, as zdb prints it, quotes removed.
+    The label's own keys come before its vdev tree, so "guid" is the
+    device's own vdev guid."""
     result = runner.run(["zdb", "-l", "--", device])
     label = {}
     for line in result.out.splitlines():
         key, sep, value = line.strip().partition(": ")
         if sep and key in _LABEL_KEYS and key not in label:
             label[key] = value.strip().strip("'")
+    return label
+
+
+def read_label(device):
+    """The pool facts in a device's first readable ZFS label, from
+    ``zdb -l``: {name, state, pool_guid, hostid, hostname, guid} (values as
+    zdb prints them, quotes removed; state "0" is imported, "1" exported),
+    or None when the device holds no pool's label. Reads the device only.
+    """
+    label = _label(device)
     return label if label.get("pool_guid") else None
+
+
+def vdev_label(device):
+    """The ZFS label on device as read_label gives it, also for a cache or
+    spare device (whose label names no pool, only its own vdev guid), or
+    None when it holds no label."""
+    label = _label(device)
+    return label if label.get("guid") else None
+
+
+def pool_leaves(pool):
+    """[(path, vdev guid)] of a pool's leaf vdevs.
+
+    ``zpool list -v -H`` prints the same lines in the same order with -P
+    (device paths) and with -g (vdev guids): the pool, each vdev, the class
+    headers.
+    """
+    paths = zpool("list", "-v", "-H", "-P", "-o", "name", "--",
+                  pool).splitlines()
+    guids = zpool("list", "-v", "-H", "-g", "-o", "name", "--",
+                  pool).splitlines()
+    if len(paths) != len(guids):
+        raise errors.ZfsError("zpool list -P and -g of %s disagree "
+                              "(the pool changed meanwhile?)" % pool)
+    leaves = []
+    for path, guid in zip(paths, guids):
+        path, guid = path.strip().split("\t")[0], guid.strip().split("\t")[0]
+        if path.startswith("/") and guid.isdigit():
+            leaves.append((path, guid))
+    return leaves
+
+
+def inherit(name, prop):
+    """Remove a dataset's local value of prop (``zfs inherit``)."""
+    zfs("inherit", "--", prop, name)
 
 
 def labelclear(device):

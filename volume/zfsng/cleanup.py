@@ -1,0 +1,190 @@
+"""What SR.destroy blanks after ``zpool destroy``, decided before it.
+
+zfs-ng blanks the disks of a pool it created when it destroys it, so that
+they can take a new pool without force=true. It must never touch a disk
+that is not in that pool: a device name recorded at SR.create may name
+another disk since (a reboot that renamed disks, a hot-plug, a ``zpool
+replace``). So, while the pool is still imported, the plan is made from
+what the pool itself says and what its members' own labels say:
+
+- each leaf the pool lists (``zpool list -v``: its path and vdev guid) is a
+  target only if the ZFS label on that path (``zdb -l``) is that very vdev
+  (same vdev guid, and for data and log devices the pool's guid); its
+  clean-up is ``zpool labelclear``;
+- a whole disk is a target only if it was given whole to zfs-ng at
+  SR.create (``meta.SR_DEVICES``), one of its partitions is a proved leaf
+  (ZFS partitions a whole disk), and it has a partition table, whose uuid
+  is recorded; its clean-up is ``wipefs -a`` (the partition table ZFS
+  wrote). A disk the admin added later (zpool replace, attach, add) only
+  loses its ZFS label: zfs-ng was not given it whole.
+
+The plan is written to PLAN_DIR, one file per pool guid, before ``zpool
+destroy``, and removed once done. A destroy killed in between is finished
+by the next SR.destroy (after the SR.attach xapi makes first, which finds
+the plan): only once the pool is neither imported nor importable, and each
+target only if it still is what the plan says (the same vdev guid in its
+label, the same partition table uuid), whatever its name is by then.
+"""
+
+import json
+import os
+
+from zfsng import devices, errors, log, zfs
+
+# Persistent: a plan must survive a reboot between zpool destroy and the
+# clean-up. Tests point it elsewhere.
+PLAN_DIR = "/var/lib/zfs-ng/destroy"
+
+
+# --- making the plan -----------------------------------------------------------
+
+def _proved_leaves(pool_guid, leaves):
+    """[(path, vdev guid)] of the leaves whose own label says they are
+    that vdev of that pool."""
+    proved = []
+    for path, guid in leaves:
+        label = zfs.vdev_label(path)
+        if label and label.get("guid") == guid and \
+                label.get("pool_guid", pool_guid) == pool_guid:
+            proved.append((path, guid))
+        else:
+            log.warning("%s is listed in the pool (guid %s) but its label "
+                        "says %s: it will not be cleaned", path, pool_guid,
+                        label or "nothing")
+    return proved
+
+
+def _whole_disks(recorded, proved):
+    """{leaf path: disk} for proved leaves that are a partition of a
+    device given whole at SR.create."""
+    leaf_names = dict((devices.kernel_name(path), path)
+                      for path, _ in proved)
+    found = {}
+    for disk in recorded:
+        try:
+            rows = devices.lsblk(disk)
+        except errors.DeviceNotFound:
+            continue
+        if not rows or rows[0].get("TYPE") != "disk":
+            continue
+        for row in rows[1:]:
+            leaf = leaf_names.get(os.path.realpath(row.get("NAME", "")))
+            if leaf and row.get("TYPE") == "part":
+                found[leaf] = disk
+    return found
+
+
+def make(sr, pool, pool_guid, leaves, recorded):
+    """The plan for destroying pool: leaves [(path, vdev guid)] as the
+    pool lists them, recorded the devices SR.create was given."""
+    proved = _proved_leaves(pool_guid, leaves)
+    targets = [{"path": path, "vdev_guid": guid} for path, guid in proved]
+    disks = _whole_disks(recorded, proved)
+    for disk in sorted(set(disks.values())):
+        ptuuid = devices.partition_table_uuid(disk)
+        if ptuuid:
+            targets.append({"path": disk, "ptuuid": ptuuid})
+    return {"sr": sr, "pool": pool, "pool_guid": pool_guid,
+            "targets": targets}
+
+
+# --- keeping it ------------------------------------------------------------------
+
+def _path(pool_guid):
+    return os.path.join(PLAN_DIR, "%s.json" % pool_guid)
+
+
+def save(plan):
+    """Write the plan durably (it must outlive a crash or a reboot)."""
+    os.makedirs(PLAN_DIR, 0o700, exist_ok=True)
+    path = _path(plan["pool_guid"])
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(plan, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    fd = os.open(PLAN_DIR, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load(pool_guid):
+    """The plan saved for that pool, or None."""
+    try:
+        with open(_path(pool_guid)) as f:
+            plan = json.load(f)
+    except (IOError, OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) and \
+        plan.get("pool_guid") == pool_guid else None
+
+
+def load_for(sr):
+    """The saved plans of SR sr (several if pools of that name were
+    destroyed one after the other and each killed)."""
+    try:
+        names = sorted(os.listdir(PLAN_DIR))
+    except OSError:
+        return []
+    plans = [load(name[:-len(".json")]) for name in names
+             if name.endswith(".json")]
+    return [p for p in plans if p and p.get("sr") == sr]
+
+
+def drop(pool_guid):
+    try:
+        os.unlink(_path(pool_guid))
+    except OSError:
+        pass
+
+
+# --- doing it --------------------------------------------------------------------------
+
+def _destroyed(plan):
+    """Whether the plan's pool is gone: neither imported nor importable
+    from the devices it was on (a destroyed pool is not importable)."""
+    guid = plan["pool_guid"]
+    if zfs.pool_by_guid(guid):
+        return False
+    dirs = []
+    for target in plan["targets"]:
+        dirs.extend(devices.family(target["path"]))
+    if not dirs:
+        return True
+    return not [p for p in zfs.importable_pools(sorted(set(dirs)))
+                if p["guid"] == guid]
+
+
+def _clean(target):
+    """Clean one target if it still is what the plan says; a problem as
+    text, or None."""
+    path = target["path"]
+    try:
+        if "vdev_guid" in target:
+            label = zfs.vdev_label(path)
+            if not label or label.get("guid") != target["vdev_guid"]:
+                return None          # cleaned already, or another device
+            zfs.labelclear(path)
+        elif devices.partition_table_uuid(path) == target["ptuuid"]:
+            devices.wipe(path)
+    except errors.StorageError as exc:
+        return "%s: %s" % (path, exc.message)
+    return None
+
+
+def finish(plan, check=True):
+    """Clean every target, then forget the plan. check: first make sure
+    the pool was destroyed (a retry); returns False if it was not."""
+    if check and not _destroyed(plan):
+        log.warning("pool %s (guid %s) was not destroyed: its disks are "
+                    "left as they are", plan["pool"], plan["pool_guid"])
+        return False
+    problems = [p for p in (_clean(t) for t in plan["targets"]) if p]
+    for problem in problems:
+        log.warning("pool %s destroyed, but cleaning a disk failed: %s",
+                    plan["pool"], problem)
+    drop(plan["pool_guid"])
+    return True
