@@ -29,7 +29,7 @@ import contextlib
 
 import pytest
 
-from zfsng import runner
+from zfsng import errors, runner
 
 import fakezfs
 from conftest import PROGRAMS, call, create_sr
@@ -359,3 +359,190 @@ def test_crash_in_collect_is_finished_by_any_later_destroy():
         destroy(s["sr"], s["other"])
         assert_only_the_sr_is_left(host, s["sr"])
     check_argvs(host)
+
+
+# --- SR operations -----------------------------------------------------------
+#
+# SR.destroy: killed after any command, xapi's next calls are SR.detach
+# (its clean-up after the failed call) and, when the admin tries again,
+# SR.attach with the stored device-config, then SR.destroy of what attach
+# answered. SR.create: killed after any command, xapi forgets the SR and the
+# admin's retry comes with a new SR uuid.
+
+from zfsng import cleanup  # noqa: E402
+from conftest import SR_UUID, SR_UUID2  # noqa: E402
+
+DESTROY_LAYOUT = {"vdev": "mirror /dev/sdb /dev/sdc log /dev/sdd "
+                          "cache /dev/sde"}
+DISKS = ["/dev/sdb", "/dev/sdc", "/dev/sdd", "/dev/sde"]
+
+
+def _blank(host, disk):
+    dev = host.devices[disk]
+    return (dev.signatures, dev.children, dev.label) == ([], [], None)
+
+
+def _destroy_killed_at(n, retry):
+    """A fresh SR destroyed, killed after command n; then retry. Returns
+    whether the kill happened."""
+    host = new_host()
+    with installed(host):
+        sr, config = create_sr(DESTROY_LAYOUT)
+        killed = run_killed(host, n, "SR.destroy", {"sr": sr})
+        if killed:
+            retry(host, sr, config)
+        assert host.imported() == []
+        assert not [p for p in host.pools if p.state == "EXPORTED"]
+        for disk in DISKS:
+            assert _blank(host, disk), "%s not blank" % disk
+        assert cleanup.load(config["pool-guid"]) is None
+    check_argvs(host)
+    return killed
+
+
+def _as_xapi(host, sr, config):
+    call("SR.detach", sr=sr)
+    again = call("SR.attach", configuration=config)
+    call("SR.destroy", sr=again)
+
+
+def _killed_again(host, sr, config):
+    """The retry killed too, right after its own first wipe or label
+    clear (when it gets that far), then retried: no step is lost."""
+    call("SR.detach", sr=sr)
+    again = call("SR.attach", configuration=config)
+    for prefix in (["wipefs"], ["zpool", "labelclear"]):
+        with installed(CrashAfterCommand(host, prefix)):
+            try:
+                call("SR.destroy", sr=again)
+            except Killed:
+                break
+    again = call("SR.attach", configuration=config) \
+        if host.imported() or cleanup.load(config["pool-guid"]) else again
+    call("SR.destroy", sr=again)
+
+
+def _destroy_again(host, sr, config):
+    call("SR.destroy", sr=sr)
+
+
+@pytest.mark.parametrize("retry", [_as_xapi, _killed_again, _destroy_again],
+                         ids=["attach+destroy", "killed-again", "destroy"])
+def test_sr_destroy_killed_anywhere_is_finished_by_the_retry(retry):
+    host = new_host()
+    with installed(host):
+        sr, _ = create_sr(DESTROY_LAYOUT)
+        total = commands_of(host, "SR.destroy", {"sr": sr})
+    assert total > 5
+    failures = []
+    for n in range(1, total + 1):
+        try:
+            assert _destroy_killed_at(n, retry), "not killed at %d" % n
+        except AssertionError as exc:
+            failures.append("killed after command %d of %d: %s"
+                            % (n, total, exc))
+    assert not failures, "\n".join(failures)
+
+
+def test_sr_destroy_retry_after_the_pool_is_gone_answers_attach():
+    """Killed right after zpool destroy: SR.attach answers a string that
+    only SR.destroy acts on; nothing else takes it for a live SR."""
+    host = new_host()
+    with installed(host):
+        sr, config = create_sr(DESTROY_LAYOUT)
+        with installed(CrashAfterCommand(host, ["zpool", "destroy"])):
+            with pytest.raises(Killed):
+                call("SR.destroy", sr=sr)
+        assert not _blank(host, "/dev/sdb")
+        left = call("SR.attach", configuration=config)
+        assert left == "tank#destroying-" + config["pool-guid"]
+        for method in ("SR.stat", "SR.ls"):
+            with pytest.raises(errors.Sr_not_attached):
+                call(method, sr=left)
+        call("SR.destroy", sr=left)
+        assert all(_blank(host, d) for d in DISKS)
+        with pytest.raises(errors.PoolNotFound):
+            call("SR.attach", configuration=config)
+
+
+def test_a_plan_for_a_pool_that_was_not_destroyed_touches_nothing():
+    """Killed before zpool destroy, then the pool exported (xapi's
+    SR.detach): an SR.destroy of the name finds the plan but the pool is
+    still importable: nothing is wiped; the next attach forgets the plan."""
+    host = new_host()
+    with installed(host):
+        sr, config = create_sr(DESTROY_LAYOUT)
+        with installed(CrashAfterCommand(host, ["zpool", "list", "-v", "-H",
+                                                "-g"])):
+            with pytest.raises(Killed):
+                call("SR.destroy", sr=sr)
+        call("SR.detach", sr=sr)
+        assert call("SR.destroy", sr=sr) is None   # not attached: no-op
+        mark = len(host.calls)
+        assert host.mutations(since=mark) == []
+        assert call("SR.attach", configuration=config) == sr
+        assert cleanup.load(config["pool-guid"]) is None
+        assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
+
+
+class CrashAfterCommand(CrashAfter):
+    """Kill right after the first argv that starts with prefix."""
+
+    def __init__(self, host, prefix):
+        CrashAfter.__init__(self, host, None)
+        self.prefix = list(prefix)
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:
+            raise Killed(argv)
+        result = self.host(argv, stdin_text)
+        if argv[:len(self.prefix)] == self.prefix:
+            self.dead = True
+            raise Killed(argv)
+        return result
+
+
+CREATE_CONFIG = {"vdev": "mirror /dev/sdb /dev/sdc"}
+
+
+def _create(uuid):
+    return call("SR.create", uuid=uuid, configuration=dict(CREATE_CONFIG),
+                name="tank", description="d")
+
+
+def _create_killed_at(n):
+    host = new_host()
+    with installed(host):
+        killed = False
+        with installed(CrashAfter(host, n)):
+            try:
+                _create(SR_UUID)
+            except Killed:
+                killed = True
+        stored = _create(SR_UUID2)            # xapi's retry: a new uuid
+        assert stored["sr_uuid"] == SR_UUID2
+        assert _create(SR_UUID2) == stored    # and a repeated one
+        sr = call("SR.attach", configuration=stored)
+        assert call("SR.stat", sr=sr)["uuid"] == SR_UUID2
+        assert host.imported() == [sr]
+        vdi = call("Volume.create", sr=sr, name="v", description="",
+                   size=GiB, sharable=False)
+        assert [v["key"] for v in call("SR.ls", sr=sr)] == [vdi["key"]]
+    check_argvs(host)
+    return killed
+
+
+def test_sr_create_killed_anywhere_is_usable_by_a_retry_with_a_new_uuid():
+    host = new_host()
+    with installed(host):
+        with installed(CrashAfter(host, 0)) as counter:
+            _create(SR_UUID)
+        total = counter.count
+    failures = []
+    for n in range(1, total + 1):
+        try:
+            assert _create_killed_at(n), "not killed at %d" % n
+        except (AssertionError, errors.StorageError) as exc:
+            failures.append("killed after command %d of %d: %r"
+                            % (n, total, exc))
+    assert not failures, "\n".join(failures)

@@ -451,3 +451,66 @@ def test_sr_on_created_pool_takes_volumes(fake):
     sr, _ = create_sr()
     volume = create_volume(sr)
     assert volume["uri"] == ["zfs-ng:///tank/%s" % volume["key"]]
+
+
+# --- a create killed after zpool create, retried with a new uuid ---------------
+
+def _killed_create(fake, config=None):
+    """What a create killed right after "zpool create" leaves: its pool,
+    never attached (xapi never got the answer)."""
+    create(config or {"device": "/dev/sdb"})
+
+
+def test_a_retry_with_a_new_uuid_takes_over_the_unused_pool(fake):
+    _killed_create(fake)
+    guid = fake.pool("tank").guid
+    mark = len(fake.calls)
+    stored = create({"device": "/dev/sdb"}, uuid=SR_UUID2, name="again",
+                    description="second try")
+    assert stored["sr_uuid"] == SR_UUID2 and stored["pool-guid"] == guid
+    assert not fake.ran("zpool", "create", since=mark)
+    assert fake.mutations(since=mark) == [
+        a for a in fake.ran("zfs", "set", since=mark)]
+    assert len(fake.mutations(since=mark)) == 1
+    sr = call("SR.attach", configuration=stored)
+    stat = call("SR.stat", sr=sr)
+    assert (stat["uuid"], stat["name"], stat["description"]) == \
+        (SR_UUID2, "again", "second try")
+    assert meta.SR_UNCLAIMED not in fake.local_props(sr)
+
+
+def test_an_attached_pool_is_never_taken_over(fake):
+    sr, _ = create_sr()
+    refused(fake, errors.DeviceInUse, {"device": "/dev/sdb"}, uuid=SR_UUID2)
+    assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
+
+
+def test_a_pool_made_with_another_config_is_not_taken_over(fake):
+    _killed_create(fake)
+    refused(fake, errors.DeviceInUse, {"device": "/dev/sdb",
+                                       "compression": "zstd"},
+            uuid=SR_UUID2)
+    assert fake.local_props("tank")[meta.SR_UUID] == SR_UUID
+
+
+@pytest.mark.parametrize("command", ["zfs create tank/x",
+                                     "zfs snapshot tank@x",
+                                     "zfs create -V 1G tank/v"])
+def test_a_pool_holding_anything_is_not_taken_over(fake, command):
+    _killed_create(fake)
+    fake.admin(command)
+    refused(fake, errors.DeviceInUse, {"device": "/dev/sdb"}, uuid=SR_UUID2)
+    assert fake.local_props("tank")[meta.SR_UUID] == SR_UUID
+
+
+def test_a_pool_without_the_mark_is_not_taken_over(fake):
+    """Pools made before the mark existed count as used."""
+    _killed_create(fake)
+    fake.admin("zfs inherit %s tank" % meta.SR_UNCLAIMED)
+    refused(fake, errors.DeviceInUse, {"device": "/dev/sdb"}, uuid=SR_UUID2)
+
+
+def test_the_mark_holds_the_config_as_given(fake):
+    create({"device": "/dev/sdb", "compression": "zstd"})
+    assert json.loads(fake.local_props("tank")[meta.SR_UNCLAIMED]) == \
+        {"device": "/dev/sdb", "compression": "zstd"}
