@@ -5,6 +5,7 @@ with the configuration SR.create returned, ...) and checks the pool with the
 zfs/zpool tools themselves.
 """
 
+import json
 import os
 
 import pytest
@@ -259,6 +260,7 @@ def test_diagnostics_report(plugin, disks, new_uuid):
     ({"device": "{d0}", "compression": "lz5"}, "InvalidConfiguration"),
     ({"device": "{d0}", "volblocksize": "3K"}, "InvalidConfiguration"),
     ({"device": "{d0}", "ashift": "20"}, "InvalidConfiguration"),
+    ({"device": "{d0}", "ashift": u"\u00b2"}, "InvalidConfiguration"),
     ({"device": "{d0}", "provisioning": "fat"}, "InvalidConfiguration"),
     ({"device": "{d0}", "pool-name": "mirror"}, "InvalidConfiguration"),
     ({"zpool": "nosuchpool"}, "PoolNotFound"),
@@ -303,3 +305,186 @@ def test_force_reuses_old_filesystem(plugin, disks, new_uuid):
                                             "force": "true"}, name="forced")
     sr = attach(plugin, stored)
     assert plugin("SR.stat", sr=sr)["health"] == ["Healthy", ""]
+
+
+# --- SR.destroy: only the pool's own disks, only zfs-ng's data -----------------
+
+PLAN_DIR = "/var/lib/zfs-ng/destroy"
+
+
+def first_mib(disk):
+    with open(disk, "rb") as f:
+        return f.read(1 << 20)
+
+
+def zfs_member(device):
+    """The pool guid blkid reads in device's ZFS label, or None."""
+    out = sh("blkid", "-p", "-o", "export", device, check=False)
+    found = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    return found.get("UUID") if found.get("TYPE") == "zfs_member" else None
+
+
+def test_destroy_spares_a_disk_replaced_out_of_the_pool(plugin, disks,
+                                                        new_uuid):
+    """Disks given by kernel name are recorded by-id. The admin replaces
+    one (zpool replace) and reuses it for a filesystem: SR.destroy blanks
+    the disk still given to zfs-ng, clears the ZFS label of the one the
+    admin added, and leaves the replaced one's filesystem alone."""
+    d0, d1, d2 = disks[:3]
+    kernel = [os.path.realpath(d) for d in (d0, d1)]
+    stored = create_sr(plugin, new_uuid(),
+                       {"vdev": "mirror %s %s" % tuple(kernel)}, name="rep")
+    assert json.loads(zfs_get("rep", "org.xcp-ng.zfs-ng:devices")[0]) == \
+        [d0, d1]
+    assert leaves("rep") == [d0 + "-part1", d1 + "-part1"]
+    sr = attach(plugin, stored)
+    sh("zpool", "replace", "rep", d1 + "-part1", d2)
+    sh("zpool", "wait", "-t", "resilver", "rep")
+    assert zfs_member(d1 + "-part1") == stored["pool-guid"]  # stale label
+    sh("wipefs", "-a", d1 + "-part1")
+    sh("wipefs", "-a", d1)
+    sh("udevadm", "settle")
+    sh("mkfs.ext4", "-q", "-F", d1)
+    before = first_mib(d1)
+
+    plugin("SR.destroy", sr=sr)
+    assert first_mib(d1) == before
+    assert "TYPE=ext4" in sh("blkid", "-p", "-o", "export", d1)
+    assert_blank([d0])
+    sh("udevadm", "settle")
+    assert zfs_member(d2 + "-part1") is None       # not a pool member
+    assert "PTTYPE=gpt" in sh("blkid", "-p", "-o", "export", d2)
+    assert not os.path.exists(os.path.join(
+        PLAN_DIR, stored["pool-guid"] + ".json"))
+
+
+def test_destroy_refuses_data_zfsng_did_not_make(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0]}, name="own")
+    sr = attach(plugin, stored)
+    sh("zfs", "create", "own/backups")
+    sh("zfs", "snapshot", "own@before")
+    with pytest.raises(PluginError) as err:
+        plugin("SR.destroy", sr=sr)
+    assert err.value.name == "SrHoldsOtherData"
+    assert "own/backups" in err.value.params[1]
+    assert "own@before" in err.value.params[1]
+    assert sh("zfs", "list", "-H", "-t", "all", "-o", "name", "-r",
+              "own").split() == ["own", "own/backups", "own@before"]
+    sh("zfs", "destroy", "own/backups")
+    sh("zfs", "destroy", "own@before")
+    plugin("SR.destroy", sr=sr)
+    assert_blank(disks[:1])
+
+
+def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
+                                                         new_uuid):
+    """Kill SR.destroy after each of its commands; xapi then detaches the
+    SR and, on the admin's retry, attaches it and destroys what attach
+    answered: the disks end up blank every time, with no plan left."""
+    config = {"vdev": "mirror %s %s" % (disks[0], disks[1])}
+    crashes = 0
+    for n in range(1, 80):
+        stored = create_sr(plugin, new_uuid(), config, name="kd")
+        sr = attach(plugin, stored)
+        crashing = plugin.__class__(plugin.root, env=dict(
+            plugin.env, ZFSNG_CRASH_AFTER=str(n)))
+        rc, out, _ = crashing.raw("SR.destroy", {"dbg": "crash", "sr": sr})
+        if rc == 0:
+            break
+        assert rc == 137, (n, rc, out)
+        crashes += 1
+        plugin("SR.detach", sr=sr)
+        again = plugin("SR.attach", configuration=stored)
+        plugin("SR.destroy", sr=again)
+        assert_blank(disks[:2])
+        assert not os.path.exists(os.path.join(
+            PLAN_DIR, stored["pool-guid"] + ".json")), n
+    assert crashes >= 10
+    assert_blank(disks[:2])
+
+
+def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
+                                                       new_uuid):
+    """Kill SR.create after each of its commands; xapi forgets the SR and
+    the admin's retry comes with a new uuid on the same disk: it succeeds,
+    and the SR works."""
+    config = {"device": disks[0]}
+    for n in range(1, 40):
+        crashing = plugin.__class__(plugin.root, env=dict(
+            plugin.env, ZFSNG_CRASH_AFTER=str(n)))
+        rc, out, _ = crashing.raw("SR.create", {
+            "dbg": "crash", "uuid": new_uuid(), "configuration": config,
+            "name": "kc", "description": ""})
+        assert rc in (0, 137), (n, rc, out)
+        uuid = new_uuid()
+        stored = create_sr(plugin, uuid, config, name="kc")
+        sr = attach(plugin, stored)
+        assert plugin("SR.stat", sr=sr)["uuid"] == uuid
+        vol = plugin("Volume.create", sr=sr, name="v", description="",
+                     size=1 << 20, sharable=False)
+        plugin("Volume.destroy", sr=sr, key=vol["key"])
+        plugin("SR.destroy", sr=sr)
+        assert_blank(disks[:1])
+        if rc == 0:
+            break
+    assert n > 3
+
+
+# --- names, probe, stacked devices -------------------------------------------
+
+def test_two_srs_named_alike_both_attach(plugin, disks, new_uuid):
+    first_uuid, second_uuid = new_uuid(), new_uuid()
+    first = create_sr(plugin, first_uuid, {"device": disks[0]}, name="twin")
+    plugin("SR.detach", sr=attach(plugin, first))
+    second = create_sr(plugin, second_uuid, {"device": disks[1]},
+                       name="twin")
+    assert attach(plugin, second) == "twin"
+    renamed = attach(plugin, first)
+    assert renamed == "zfsng-" + first_uuid[:8]
+    assert plugin("SR.stat", sr=renamed)["uuid"] == first_uuid
+    assert plugin("SR.stat", sr="twin")["uuid"] == second_uuid
+    vol = plugin("Volume.create", sr=renamed, name="v", description="",
+                 size=1 << 20, sharable=False)
+    plugin("SR.detach", sr=renamed)
+    # probe reads it while "twin" is imported, and leaves its name as is
+    [found] = [r for r in plugin("SR.probe",
+                                 configuration={"device": disks[0]})
+               if r["configuration"].get("sr_uuid") == first_uuid]
+    assert found["configuration"]["pool-guid"] == first["pool-guid"]
+    assert attach(plugin, found["configuration"]) == renamed
+    plugin("Volume.destroy", sr=renamed, key=vol["key"])
+    plugin("SR.destroy", sr=renamed)
+    plugin("SR.destroy", sr="twin")
+    assert_blank(disks[:2])
+
+
+def test_probe_of_a_missing_device_reports_no_sr(plugin, disks, new_uuid):
+    stored = create_sr(plugin, new_uuid(), {"device": disks[0]}, name="pm")
+    plugin("SR.detach", sr=attach(plugin, stored))
+    with pytest.raises(PluginError) as err:
+        plugin("SR.probe", configuration={
+            "device": "/dev/disk/by-id/virtio-zfsng-nothing"})
+    assert err.value.name == "DeviceNotFound"
+    assert stored["pool-guid"] not in sh("zpool", "list", "-H", "-o",
+                                         "guid")
+
+
+def test_a_device_mapper_device_is_not_held_by_itself(plugin, disks,
+                                                      new_uuid):
+    """A dm device (as multipath or dm-crypt give) is lsblk's type "dm"
+    for its own row: it is the disk, not a holder of it."""
+    disk = os.path.realpath(disks[3])
+    sectors = sh("blockdev", "--getsz", disk).strip()
+    sh("dmsetup", "create", "zfsnglin", "--table",
+       "0 %s linear %s 0" % (sectors, disk))
+    try:
+        sh("udevadm", "settle")
+        stored = create_sr(plugin, new_uuid(),
+                           {"device": "/dev/mapper/zfsnglin"}, name="dmsr")
+        sr = attach(plugin, stored)
+        assert leaves("dmsr") == ["/dev/mapper/zfsnglin"]
+        plugin("SR.destroy", sr=sr)
+        assert zfs_member("/dev/mapper/zfsnglin") is None
+    finally:
+        sh("zpool", "destroy", "dmsr", check=False)
+        sh("dmsetup", "remove", "zfsnglin", check=False)
