@@ -5,8 +5,12 @@ exist, is mounted or used as swap, is held by LVM/dm/md, belongs to an
 imported pool, or (without ``force=true``) carries a filesystem, partition
 table or pool label. Each refusal names the device and what to do.
 
-Everything is asked of lsblk, blkid and zpool through the command runner,
-so the checks run the same against a fake in unit tests.
+A device given by its kernel name is put in the pool by its stable
+/dev/disk/by-id name (``stable_name``); SR.destroy's clean-up (``cleanup``)
+uses the lookups here too.
+
+Everything is asked of lsblk, blkid, udevadm and zpool through the command
+runner, so the checks run the same against a fake in unit tests.
 """
 
 import os

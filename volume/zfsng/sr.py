@@ -1,11 +1,20 @@
 """SR.*: the storage repository lifecycle on a pool or an adopted dataset.
 
 An SR is one dataset (see ``meta``). The string SR.attach returns, which xapi
-passes back as ``sr`` in every later call, is that dataset's name.
+passes back as ``sr`` in every later call, is that dataset's name (or, for
+a pool whose SR.destroy was killed after ``zpool destroy``, a name only
+SR.destroy acts on: DESTROYING).
 
 Ownership rule: zfs-ng exports or destroys a pool only if it created it
 (``sr-owner=pool``); on adopted storage it only ever touches the SR's own
-child dataset.
+child dataset. SR.destroy never destroys what zfs-ng did not make
+(SrHoldsOtherData), and blanks only disks proved to be the pool's own
+(``cleanup``).
+
+Every multi-step SR operation is finished or undone by the next call: a
+destroy killed after ``zpool destroy`` by the next SR.attach + SR.destroy
+(the saved clean-up plan), a create killed after ``zpool create`` by the
+retry xapi makes with a new SR uuid (the unclaimed pool, ``_unclaimed``).
 """
 
 import json
