@@ -696,3 +696,18 @@ def test_zfsngs_own_leftovers_do_not_block_destroy(fake):
                "tank/5f6e7d8c-9b0a-4c1d-8e2f-3a4b5c6d7e8f.ro")
     call("SR.destroy", sr=sr)
     assert fake.imported() == []
+
+
+@pytest.mark.parametrize("exported", [False, True])
+def test_probe_finds_a_pool_on_by_id_names_by_kernel_name(fake, exported):
+    fake.add_disk("/dev/sdf", by_id="ata-DISK_F")
+    sr, stored = create_sr({"device": "/dev/sdf"})
+    assert fake.pool("tank").leaves()[0].path == \
+        "/dev/disk/by-id/ata-DISK_F-part1"
+    if exported:
+        call("SR.detach", sr=sr)
+    [found] = call("SR.probe", configuration={"device": "/dev/sdf"})
+    assert found["configuration"]["sr_uuid"] == SR_UUID
+    [found] = call("SR.probe", configuration={
+        "device": "/dev/disk/by-id/ata-DISK_F"})
+    assert found["configuration"]["sr_uuid"] == SR_UUID

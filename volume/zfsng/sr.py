@@ -677,7 +677,8 @@ def _pool_matches(cfg, pool_name, leaves):
     family = set()
     for device in cfg.devices:
         family.update(devices.family(device))
-    return any(os.path.realpath(leaf) in family for leaf in leaves)
+    return any((devices.kernel_name(leaf) or leaf) in family
+               for leaf in leaves)
 
 
 def _search_dirs(cfg):
