@@ -376,46 +376,69 @@ def test_destroy_refuses_data_zfsng_did_not_make(plugin, disks, new_uuid):
     assert_blank(disks[:1])
 
 
+def _destroy_commands(plugin, config, new_uuid, tmp_path):
+    """The commands a plain SR.destroy runs (ZFSNG_TRACE), and the index
+    (from 1) of its zpool destroy."""
+    trace = str(tmp_path / "trace.jsonl")
+    stored = create_sr(plugin, new_uuid(), config, name="kd")
+    sr = attach(plugin, stored)
+    traced = plugin.__class__(plugin.root, env=dict(plugin.env,
+                                                    ZFSNG_TRACE=trace))
+    traced("SR.destroy", sr=sr)
+    with open(trace) as f:
+        argvs = [json.loads(line)["argv"] for line in f]
+    return len(argvs), [a[:2] for a in argvs].index(["zpool", "destroy"]) + 1
+
+
 def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
-                                                         new_uuid):
-    """Kill SR.destroy after each of its commands; xapi then detaches the
-    SR and, on the admin's retry, attaches it and destroys what attach
-    answered: the disks end up blank every time, with no plan left."""
+                                                         new_uuid, tmp_path):
+    """Kill SR.destroy after its commands (the first two, then every one
+    from the last before zpool destroy on); xapi then detaches the SR and,
+    on the admin's retry, attaches it and destroys what attach answered:
+    the disks end up blank every time, with no plan left."""
     config = {"vdev": "mirror %s %s" % (disks[0], disks[1])}
-    crashes = 0
-    for n in range(1, 80):
+    total, destroy_at = _destroy_commands(plugin, config, new_uuid, tmp_path)
+    assert_blank(disks[:2])
+    for n in sorted(set([1, 2]) | set(range(destroy_at - 1, total))):
         stored = create_sr(plugin, new_uuid(), config, name="kd")
         sr = attach(plugin, stored)
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
         rc, out, _ = crashing.raw("SR.destroy", {"dbg": "crash", "sr": sr})
-        if rc == 0:
-            break
         assert rc == 137, (n, rc, out)
-        crashes += 1
         plugin("SR.detach", sr=sr)
         again = plugin("SR.attach", configuration=stored)
+        if n >= destroy_at:
+            assert again == "kd#destroying-" + stored["pool-guid"], n
         plugin("SR.destroy", sr=again)
         assert_blank(disks[:2])
         assert not os.path.exists(os.path.join(
             PLAN_DIR, stored["pool-guid"] + ".json")), n
-    assert crashes >= 10
-    assert_blank(disks[:2])
 
 
 def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
-                                                       new_uuid):
-    """Kill SR.create after each of its commands; xapi forgets the SR and
-    the admin's retry comes with a new uuid on the same disk: it succeeds,
-    and the SR works."""
+                                                       new_uuid, tmp_path):
+    """Kill SR.create after its commands (the first, then every one from
+    zpool create on); xapi forgets the SR and the admin's retry comes with
+    a new uuid on the same disk: it succeeds, and the SR works."""
     config = {"device": disks[0]}
-    for n in range(1, 40):
+    trace = str(tmp_path / "trace.jsonl")
+    traced = plugin.__class__(plugin.root, env=dict(plugin.env,
+                                                    ZFSNG_TRACE=trace))
+    traced("SR.create", uuid=new_uuid(), configuration=config, name="kc",
+           description="")
+    with open(trace) as f:
+        argvs = [json.loads(line)["argv"][:2] for line in f]
+    create_at = argvs.index(["zpool", "create"]) + 1
+    # the traced create's pool, never attached, is taken over by the
+    # first retry; each round ends with the disk blank
+    for n in [1] + list(range(create_at, len(argvs) + 1)):
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
         rc, out, _ = crashing.raw("SR.create", {
             "dbg": "crash", "uuid": new_uuid(), "configuration": config,
             "name": "kc", "description": ""})
-        assert rc in (0, 137), (n, rc, out)
+        assert rc == 137, (n, rc, out)
         uuid = new_uuid()
         stored = create_sr(plugin, uuid, config, name="kc")
         sr = attach(plugin, stored)
@@ -425,9 +448,6 @@ def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
         plugin("Volume.destroy", sr=sr, key=vol["key"])
         plugin("SR.destroy", sr=sr)
         assert_blank(disks[:1])
-        if rc == 0:
-            break
-    assert n > 3
 
 
 # --- names, probe, stacked devices -------------------------------------------
