@@ -20,18 +20,23 @@ import os
 import random
 import shutil
 import subprocess
+import time
 
 import pytest
 
 from conftest import ROOT, PluginError, sh
 from plugin_client import Plugin
+from xapi_flows import domain_of
 
 MiB = 1 << 20
 SIZE = 64 * MiB
 DATA = 4 * MiB
 DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
-DOM0 = "u0-zfsng_test_1"
-GUEST = "5"
+# The domains xapi sends (main.ml domain_of): dom0 for an export, import or
+# copy (a fresh uuid as the dp), dom0 for a VBD plugged into it, a guest
+DOM0 = domain_of("3f0c5a6e-9d1b-4c2a-8e7f-5b6a4c3d2e1f", "0")
+DOM0_VBD = domain_of("vbd/0/xvda", "0")
+GUEST = domain_of("vbd/5/xvda", "5")
 STATE_DIR = "/var/run/nonpersistent/zfs-ng-datapath"
 
 
@@ -116,18 +121,24 @@ def states():
         else []
 
 
-def attach_dom0(dp, vol, readonly=False):
-    result = twice(dp, "Datapath.attach", uri=uri(vol), domain=DOM0)
-    twice(dp, "Datapath.activate_readonly" if readonly else
-          "Datapath.activate", uri=uri(vol), domain=DOM0)
+def attach_dom0(dp, vol, readonly=False, domain=DOM0, call=twice):
+    result = call(dp, "Datapath.attach", uri=uri(vol), domain=domain)
+    call(dp, "Datapath.activate_readonly" if readonly else
+         "Datapath.activate", uri=uri(vol), domain=domain)
     (impl,) = result["implementations"]
     assert impl[0] == "BlockDevice"
     return impl[1]["path"]
 
 
-def detach_dom0(dp, vol):
-    twice(dp, "Datapath.deactivate", uri=uri(vol), domain=DOM0)
-    twice(dp, "Datapath.detach", uri=uri(vol), domain=DOM0)
+def detach_dom0(dp, vol, domain=DOM0, call=twice):
+    call(dp, "Datapath.deactivate", uri=uri(vol), domain=domain)
+    call(dp, "Datapath.detach", uri=uri(vol), domain=domain)
+
+
+def once(dp, method, **args):
+    """One call (where repeating each proves nothing new, and the guest
+    is slow)."""
+    return dp(method, **args)
 
 
 # --- dom0 --------------------------------------------------------------------
@@ -148,6 +159,20 @@ def test_dom0_gets_the_zvol_and_reads_back_what_it_wrote(dp, plugin, sr,
     path = attach_dom0(dp, vdi)
     assert dd_hash(path) == sha(data)
     detach_dom0(dp, vdi)
+
+
+@pytest.mark.parametrize("domain", [DOM0_VBD, "0"])
+def test_every_dom0_domain_gets_the_zvol_without_tapdisk(dp, vdi, domain):
+    """The other forms of dom0 xapi sends (DOM0 is tested above): the zvol
+    itself, no XenDisk, whether or not this host has tap-ctl."""
+    assert domain in ("u0_vbd_0_xvda", "0")
+    path = attach_dom0(dp, vdi, domain=domain)
+    assert path == "/dev/zvol/" + dataset(vdi)
+    data = pattern(7)
+    assert dd_write(path, data)[0] == 0
+    assert dd_hash(path) == sha(data)
+    detach_dom0(dp, vdi, domain=domain)
+    assert states() == []
 
 
 def test_fio_through_the_block_device(dp, vdi):
@@ -251,17 +276,134 @@ def test_persistent_open_changes_nothing(dp, plugin, sr, vdi):
     assert zfs_names(sr) == names
 
 
-def test_a_newer_vdi_snapshot_blocks_the_reset_and_survives(dp, plugin, sr,
-                                                           vdi):
+def stat(plugin, sr, vol):
+    return plugin("Volume.stat", sr=sr, key=vol["key"])
+
+
+def sr_used(sr):
+    return int(sh("zfs", "get", "-Hp", "-o", "value", "used", sr))
+
+
+def settled_used(sr, want, slack=MiB):
+    """The SR's used space, once ZFS has freed what it frees in the
+    background (bounded wait): within slack of want, if it gets there."""
+    used = sr_used(sr)
+    for _ in range(30):
+        if abs(used - want) <= slack:
+            break
+        sh("zpool", "sync", sr.split("/")[0])
+        time.sleep(1)
+        used = sr_used(sr)
+    return used
+
+
+@pytest.mark.parametrize("provisioning", ["thin", "thick"])
+def test_a_backup_and_a_copy_never_block_the_reset(dp, plugin, disks,
+                                                   new_uuid, provisioning):
+    """A non-persistent run during which a backup snapshots the disk (and
+    reads the snapshot across the VM's shutdown) and a VM copy clones it
+    live: the disk resets at close, the snapshot and the clone keep their
+    data, the VM starts again, and once the snapshot and clone are gone
+    nothing is left and the space comes back."""
+    stored = plugin("SR.create", uuid=new_uuid(), name="dpsr",
+                    description="", configuration={
+                        "device": disks[0], "provisioning": provisioning})
+    sr = plugin("SR.attach", configuration=stored)
+    vdi = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=SIZE, sharable=False)
+    plugin("Volume.set", sr=sr, key=vdi["key"], k="vdi-type", v="user")
+    path = attach_dom0(dp, vdi, call=once)
+    base, run, copied = pattern(10), pattern(11), pattern(12)
+    assert dd_write(path, base)[0] == 0
+    detach_dom0(dp, vdi, call=once)
+    used_before = settled_used(sr, sr_used(sr))
+    refreservation = sh("zfs", "get", "-Hp", "-o", "value",
+                        "refreservation", dataset(vdi)).strip()
+
     dp("Datapath.open", uri=uri(vdi), persistent=False)
-    snap = plugin("Volume.snapshot", sr=sr, key=vdi["key"])
-    with pytest.raises(PluginError) as err:
-        dp("Datapath.close", uri=uri(vdi))
-    assert err.value.name == "NonpersistentResetBlocked"
-    assert dataset(snap) in zfs_names(sr)
-    plugin("Volume.destroy", sr=sr, key=snap["key"])
+    path = attach_dom0(dp, vdi, domain=DOM0_VBD, call=once)  # the VM
+    assert dd_write(path, run)[0] == 0
+    snap = plugin("Volume.snapshot", sr=sr, key=vdi["key"])     # backup
+    assert dd_write(path, copied)[0] == 0
+    clone = plugin("Volume.clone", sr=sr, key=vdi["key"])       # VM copy
+    assert dd_write(path, pattern(13))[0] == 0
+    detach_dom0(dp, vdi, domain=DOM0_VBD, call=once)
+    spath = attach_dom0(dp, snap, readonly=True, call=once)  # backup reads
+
+    twice(dp, "Datapath.close", uri=uri(vdi))       # VM shutdown: reset
+    listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
+    assert sorted(listed) == sorted([vdi["key"], snap["key"], clone["key"]])
+    assert listed[vdi["key"]]["uri"] == vdi["uri"]
+    assert listed[vdi["key"]]["keys"] == {"vdi-type": "user"}
+    moved = listed[snap["key"]]
+    assert moved["uri"] != snap["uri"]
+    assert dd_hash(spath) == sha(run)        # the backup read on, unharmed
+    detach_dom0(dp, moved, call=once)        # by its new URI, as xapi does
+    assert states() == []
+    assert sh("zfs", "get", "-Hp", "-o", "value", "refreservation",
+              dataset(vdi)).strip() == refreservation
+    for vol, data in ((vdi, base), (moved, run), (clone, copied)):
+        path = attach_dom0(dp, vol, readonly=vol is moved, call=once)
+        assert dd_hash(path) == sha(data), vol["key"]
+        detach_dom0(dp, vol, call=once)
+
+    dp("Datapath.open", uri=uri(vdi), persistent=False)     # starts again
+    path = attach_dom0(dp, vdi, domain=DOM0_VBD, call=once)
+    assert dd_write(path, pattern(14))[0] == 0
+    assert dd_hash(path) == sha(pattern(14))
+    detach_dom0(dp, vdi, domain=DOM0_VBD, call=once)
     dp("Datapath.close", uri=uri(vdi))
+    path = attach_dom0(dp, vdi, call=once)
+    assert dd_hash(path) == sha(base)
+    detach_dom0(dp, vdi, call=once)
+
+    plugin("Volume.destroy", sr=sr, key=snap["key"])
+    plugin("Volume.destroy", sr=sr, key=clone["key"])
     assert zfs_names(sr) == [sr, dataset(vdi)]
+    assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [vdi["key"]]
+    used = settled_used(sr, used_before)
+    assert abs(used - used_before) <= MiB, (used, used_before)
+
+
+def test_a_persistent_open_keeps_what_a_pending_reset_point_holds(
+        dp, plugin, sr, vdi):
+    """The host crashed during a non-persistent run (no close), then the
+    disk was made persistent: open(persistent) keeps the data."""
+    twice(dp, "Datapath.open", uri=uri(vdi), persistent=False)
+    path = attach_dom0(dp, vdi)
+    kept = pattern(15)
+    assert dd_write(path, kept)[0] == 0
+    detach_dom0(dp, vdi)
+    twice(dp, "Datapath.open", uri=uri(vdi), persistent=True)
+    assert zfs_names(sr) == [sr, dataset(vdi)]       # reset point dropped
+    twice(dp, "Datapath.close", uri=uri(vdi))
+    path = attach_dom0(dp, vdi)
+    assert dd_hash(path) == sha(kept)
+    detach_dom0(dp, vdi)
+
+
+def test_a_zvol_that_is_no_vdi_is_never_touched(dp, plugin, sr, vdi,
+                                                new_uuid):
+    other = "%s/%s" % (sr, new_uuid())
+    sh("zfs", "create", "-s", "-V", "16M", other)       # an admin's zvol
+    admins = "%s@%s" % (dataset(vdi), new_uuid())       # and snapshot
+    sh("zfs", "snapshot", admins)
+    admins = "zfs-ng:///" + admins
+    names = zfs_names(sr)
+    for u in ("zfs-ng:///" + other, admins):   # (no tap-ctl: dom0 only)
+        with pytest.raises(PluginError) as err:
+            dp("Datapath.attach", uri=u, domain=DOM0)
+        assert err.value.name == "NotAVdi", err.value.params
+    for persistent in (False, True):
+        with pytest.raises(PluginError) as err:
+            dp("Datapath.open", uri="zfs-ng:///" + other,
+               persistent=persistent)
+        assert err.value.name == "NotAVdi"
+    with pytest.raises(PluginError) as err:
+        dp("Datapath.close", uri="zfs-ng:///" + other)
+    assert err.value.name == "NotAVdi"
+    assert zfs_names(sr) == names
+    assert states() == []
 
 
 # --- a guest: what this guest can and cannot run -----------------------------

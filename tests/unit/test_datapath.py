@@ -1308,6 +1308,56 @@ def _reset_setup(root, monkeypatch):
     return (h, sr) + rotation_scenario(h, sr, vol)
 
 
+class CrashAfterCommand(CrashAfter):
+    """Kill the calling "process" right after its first argv that starts
+    with prefix."""
+
+    def __init__(self, host, prefix):
+        CrashAfter.__init__(self, host, None)
+        self.prefix = list(prefix)
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:
+            raise Killed(argv)
+        result = self.host(argv, stdin_text)
+        if argv[:len(self.prefix)] == self.prefix:
+            self.dead = True
+            raise Killed(argv)
+        return result
+
+
+def test_the_set_aside_disk_is_the_vdi_until_the_reset_is_finished(host,
+                                                                   vdi):
+    """Killed right after `zfs rename` set the disk aside (no zvol by its
+    name): the volume plugin lists, stats, renames and snapshots it as the
+    VDI, under its own URI; the next datapath call finishes the reset and
+    keeps all of it."""
+    sr, vol = vdi
+    vol, snap, clone, keep = rotation_scenario(host, sr, vol)
+    with installed(CrashAfterCommand(host, ["zfs", "rename"])):
+        with pytest.raises(Killed):
+            dp("Datapath.close", uri=uri_of(vol))
+    assert not host.zfs.exists(dataset_of(vol))
+    assert stat(sr, vol)["uri"] == vol["uri"]
+    call("Volume.set_name", sr=sr, key=vol["key"], new_name="renamed")
+    call("Volume.set", sr=sr, key=vol["key"], k="x", v="y")
+    late = snapshot_of(sr, vol)                  # the disk as it was
+    keep[late["key"]] = refer(host, late)
+    dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)    # finishes it
+    assert host.zfs.exists(dataset_of(vol))
+    dp("Datapath.detach", uri=uri_of(vol), domain=DOM0)
+    dp("Datapath.close", uri=uri_of(vol))
+    now = stat(sr, vol)
+    assert (now["name"], now["keys"]) == ("renamed",
+                                          {"vdi-type": "user", "x": "y"})
+    listed = dict((v["key"], v) for v in call("SR.ls", sr=sr))
+    assert sorted(listed) == sorted(keep)
+    for key, content in keep.items():
+        assert refer(host, listed[key]) == content, key
+    destroy_all_but(sr, vol)
+    assert zfs_all(host, sr) == [sr, dataset_of(vol)]
+
+
 @pytest.mark.parametrize("then", ["Datapath.close", "Datapath.open",
                                   "Datapath.attach", "Volume.destroy"])
 def test_every_crash_point_of_a_reset_is_repaired(tmp_path, monkeypatch,

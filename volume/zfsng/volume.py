@@ -10,7 +10,9 @@ snapshots, a snapshot with clones. Such objects are hidden, not refused:
   ZFS keeps it while its clones live and frees it with the last one;
   ``defer_destroy=on`` hides it from SR.ls;
 - a zvol with snapshot VDIs or clones gets ``vdi=destroyed``: it keeps
-  serving its dependents and is no longer listed.
+  serving its dependents and is no longer listed. The datapath's reset of
+  a non-persistent disk leaves such a zvol too, holding the snapshots
+  taken during the VM's run (zfsng_datapath/reset.py).
 Cloning a live volume takes an internal snapshot ``@zfsng-clone-<uuid>``,
 destroyed deferred right after the clone, so it goes with the clone.
 ``collect`` frees hidden zvols once nothing depends on them, and repairs
