@@ -397,6 +397,21 @@ def test_dom0_gets_the_zvol_itself_and_no_tapdisk(host, vdi, domain):
     nothing_left(host)
 
 
+def test_a_dom0_tapdisk_an_older_zfs_ng_made_is_released(host, vdi,
+                                                         monkeypatch):
+    """Before this fix u0_ domains got a tapdisk: after an upgrade, their
+    deactivate and detach still close and free it."""
+    sr, vol = vdi
+    with monkeypatch.context() as m:
+        m.setattr(urimod, "is_dom0", lambda domain: False)
+        dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
+        dp("Datapath.activate", uri=uri_of(vol), domain=DOM0)
+    assert len(host.tap.vbds()) == 1
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=DOM0)
+    dp("Datapath.detach", uri=uri_of(vol), domain=DOM0)
+    nothing_left(host)
+
+
 def test_dom0_every_call_twice(host, vdi):
     sr, vol = vdi
     result = full_cycle(uri_of(vol), DOM0, twice=True)
