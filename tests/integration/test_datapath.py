@@ -16,6 +16,7 @@ cycle instead.
 """
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -363,6 +364,64 @@ def test_a_backup_and_a_copy_never_block_the_reset(dp, plugin, disks,
     assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [vdi["key"]]
     used = settled_used(sr, used_before)
     assert abs(used - used_before) <= MiB, (used, used_before)
+
+
+def _reset_scenario(dp, plugin, sr):
+    """A VDI at the close of a non-persistent run with a backup snapshot;
+    returns it, the snapshot and what the disk held before the run."""
+    vdi = plugin("Volume.create", sr=sr, name="crash", description="",
+                 size=SIZE, sharable=False)
+    plugin("Volume.set", sr=sr, key=vdi["key"], k="keep", v="me")
+    path = attach_dom0(dp, vdi, call=once)
+    base = pattern(20)
+    assert dd_write(path, base)[0] == 0
+    dp("Datapath.open", uri=uri(vdi), persistent=False)
+    assert dd_write(path, pattern(21))[0] == 0
+    snap = plugin("Volume.snapshot", sr=sr, key=vdi["key"])
+    detach_dom0(dp, vdi, call=once)
+    return vdi, snap, base
+
+
+def test_a_reset_killed_at_each_step_is_finished_by_the_next_call(
+        dp, plugin, sr):
+    """close killed (ZFSNG_CRASH_AFTER) right after each command of the
+    rotation that changes ZFS (datapath/zfsng_datapath/reset.py): xapi
+    still sees the disk under its URI, the next start finishes the reset,
+    and nothing is left once the VDIs are destroyed."""
+    trace = "/tmp/zfsng-reset-trace"
+    if os.path.exists(trace):
+        os.unlink(trace)
+    vdi, snap, base = _reset_scenario(dp, plugin, sr)
+    Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN, env=dict(
+        dp.env, ZFSNG_TRACE=trace))("Datapath.close", uri=uri(vdi))
+    with open(trace) as f:
+        argvs = [json.loads(line)["argv"] for line in f]
+    steps = [n for n, argv in enumerate(argvs, 1) if argv[1] in (
+        "rename", "clone", "set", "promote", "destroy")]
+    assert [argvs[n - 1][1] for n in steps] == [
+        "rename", "clone", "set", "promote", "rename", "destroy"]
+    for n in steps:
+        vdi, snap, base = _reset_scenario(dp, plugin, sr)
+        crashing = Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN, env=dict(
+            dp.env, ZFSNG_CRASH_AFTER=str(n)))
+        rc, out, _ = crashing.raw("Datapath.close",
+                                  {"dbg": "crash", "uri": uri(vdi)})
+        assert rc == 137, (n, rc, out)
+        listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
+        assert listed[vdi["key"]]["uri"] == vdi["uri"], n
+        assert listed[vdi["key"]]["keys"] == {"keep": "me"}, n
+        assert snap["key"] in listed, n
+        dp("Datapath.open", uri=uri(vdi), persistent=False)  # VM start
+        path = attach_dom0(dp, vdi, call=once)
+        assert dd_hash(path) == sha(base), n
+        detach_dom0(dp, vdi, call=once)
+        dp("Datapath.close", uri=uri(vdi))
+        assert plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"] == \
+            {"keep": "me"}
+        plugin("Volume.destroy", sr=sr, key=snap["key"])
+    for vol in plugin("SR.ls", sr=sr):
+        plugin("Volume.destroy", sr=sr, key=vol["key"])
+    assert zfs_names(sr) == [sr]
 
 
 def test_a_persistent_open_keeps_what_a_pending_reset_point_holds(
