@@ -13,15 +13,15 @@ The calls, as xapi makes them for one VBD (shared/smapiv3.md):
 Only zfs-ng VDIs are touched (scope.py). Every call is idempotent and
 repairs what it finds: it reads this host's state file for (URI, domain),
 then checks it against reality (``tap-ctl list``, ZFS, /dev/zvol) and does
-only the steps still missing. A tapdisk
-that died is replaced by a new one on the same minor (the guest's device
-path does not change); after a host reboot the state is empty and xapi
-attaches afresh. A call that fails undoes what it made (no tapdisk, minor
+only the steps still missing. A tapdisk that died is replaced by a new one
+on the same minor (the guest's device path does not change); after a host
+reboot the state is empty and xapi attaches afresh. A call that fails undoes what it made (no tapdisk, minor
 or clone is left behind by a refused attach).
 
 Locks: one per VDI zvol (``datapath-<pool/.../vol>``) around the whole call,
-then zfs-ng's SR lock around the ZFS changes only (so a Volume.destroy or
-Volume.snapshot never interleaves with a clone or a rollback). Waiting for
+then zfs-ng's SR lock around the ZFS checks and changes only (so a
+Volume.destroy or Volume.snapshot never interleaves with a clone, a
+rollback or a reset's rotation). Waiting for
 udev happens outside the SR lock.
 
 Snapshot VDIs. ZFS gives a snapshot a device node only with
