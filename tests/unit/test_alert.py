@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from zfsng import alert, lock, runner
+from zfsng import alert, errors, lock, runner
 
-from conftest import SR_UUID, call, create_sr
+from conftest import SR_UUID, call, create_sr, create_volume
 
 RECORDING_XE = """#!/bin/sh
 # one line per message: the arguments, tab-separated
@@ -142,7 +142,7 @@ def test_without_xe_the_change_is_logged(fake, tmp_path, monkeypatch,
     assert "reported to xapi as Healthy" in err and "/dev/sdc1" in err
     assert "XenAPI message ZFSNG_POOL_DEGRADED (priority 2) on SR %s not " \
         "sent: no %s" % (SR_UUID, alert.XE) in err
-    record = tmp_path / "run" / ("health-%s.json" % SR_UUID)
+    record = tmp_path / "run" / "health-tank.json"
     assert '"DEGRADED"' in record.read_text()
     stat(sr)
     err = capsys.readouterr().err
@@ -153,8 +153,7 @@ def test_a_record_held_by_another_call_sends_nothing(fake, xe, tmp_path):
     sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
     fake.offline("/dev/sdc1")
     os.makedirs(lock.RUN_DIR, exist_ok=True)
-    path = os.path.join(lock.RUN_DIR, "health-%s.json" % SR_UUID)
-    with open(path, "a") as held:
+    with open(os.path.join(lock.RUN_DIR, "health-tank.json"), "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         assert stat(sr)[0] == "Healthy"     # no wait, no message
         assert xe(0, wait=0.3) == []
@@ -173,6 +172,46 @@ def test_an_unusable_run_dir_does_not_fail_the_call(fake, tmp_path,
     assert "cannot record the health of SR" in capsys.readouterr().err
 
 
+SUSPENDED = "cannot open 'tank': pool I/O is currently suspended"
+
+
+def test_a_suspended_pool_is_unavailable_with_the_last_answer(fake, xe):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    create_volume(sr)
+    before = call("SR.stat", sr=sr)
+    fake.set_health("tank", "SUSPENDED")
+    fake.inject("zfs list", SUSPENDED, times=-1)  # as ZFS answers then
+    now = call("SR.stat", sr=sr)
+    assert now["health"][0] == "Unavailable"
+    assert "tank is SUSPENDED" in now["health"][1]
+    del before["health"], now["health"]
+    assert now == before
+    [sent] = xe(1)
+    assert (sent["name"], sent["priority"]) == ("ZFSNG_POOL_SUSPENDED", "1")
+    assert sent["sr-uuid"] == SR_UUID
+    with pytest.raises(errors.ZfsError):        # never another SR's answer
+        call("SR.stat", sr="tank/zfsng-" + SR_UUID)
+
+
+def test_a_suspended_pool_never_stat_before_fails_the_call(fake, tmp_path,
+                                                          monkeypatch):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "empty"))
+    fake.set_health("tank", "SUSPENDED")
+    fake.inject("zfs list", SUSPENDED, times=-1)
+    with pytest.raises(errors.ZfsError) as err:
+        call("SR.stat", sr=sr)
+    assert "suspended" in err.value.message
+
+
+def test_a_failing_zfs_get_on_a_serving_pool_fails_the_call(fake, xe):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    call("SR.stat", sr=sr)
+    fake.inject("zfs list", "cannot open 'tank': I/O error", times=-1)
+    with pytest.raises(errors.ZfsError):
+        call("SR.stat", sr=sr)
+
+
 @pytest.mark.parametrize("state,health,name,priority", [
     ("DEGRADED", ["Healthy", "pool t is DEGRADED."], "ZFSNG_POOL_DEGRADED", 2),
     ("ONLINE", ["Healthy", "pool t is ONLINE. x"], "ZFSNG_POOL_ONLINE", 3),
@@ -187,7 +226,7 @@ def test_message(state, health, name, priority):
     assert "zpool status -v t" in got[2] or priority == 5
 
 
-# --- Plugin.diagnostics --------------------------------------------------------
+# --- Plugin.diagnostics ----------------------------------------------------
 
 def test_diagnostics_lead_with_the_pool_problem(fake):
     create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
@@ -205,7 +244,7 @@ def test_diagnostics_of_healthy_pools(fake):
     assert text.startswith("== pool health ==\nno problem: every pool")
 
 
-# --- runner.spawn_detached ------------------------------------------------------
+# --- runner.spawn_detached -------------------------------------------------
 
 def test_spawn_detached_shares_nothing(tmp_path):
     out = str(tmp_path / "out")

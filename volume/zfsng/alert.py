@@ -17,10 +17,15 @@ So the message is sent by a detached process (``runner.spawn_detached``:
 own session, /dev/null for stdin, stdout and stderr, never waited for),
 killed by ``timeout`` after XE_TIMEOUT seconds; whether it is delivered
 does not change the call's answer. A change is seen by comparing with the
-last health recorded for the SR in ``<lock.RUN_DIR>/health-<sr uuid>.json``
+last health recorded for the SR in ``<lock.RUN_DIR>/health-<sr>.json``
 (no record: healthy). RUN_DIR is in /run, so after a reboot a pool that is
 still unwell is announced once again. Without ``xe`` (not an XCP-ng host)
 the message is only logged.
+
+The record also keeps the SR's last SR.stat answer: a suspended pool
+answers no ``zfs get``, and SR.stat then reports that answer with its
+health Unavailable (``last_record``), so xapi sees an unavailable SR rather
+than a failed call, and the admin gets the message.
 """
 
 import errno
@@ -35,33 +40,48 @@ XE_TIMEOUT = 30     # seconds before the background xe is killed
 CLEAN = ["Healthy", ""]
 
 
-def report(sr_uuid, pool, state, health):
-    """Tell the admin about pool's health as SR.stat found it: state is
-    zpool's, health the v5 value sent to xapi. Never raises, never waits."""
+def report(record, pool, state):
+    """Tell the admin about pool's health as SR.stat found it. record is
+    SR.stat's answer (its health the v5 value sent to xapi), state zpool's.
+    Never raises, never waits."""
+    health = record["health"]
     if health != CLEAN:
-        log.warning("SR %s: %s (reported to xapi as %s)", sr_uuid,
+        log.warning("SR %s: %s (reported to xapi as %s)", record["sr"],
                     health[1], health[0])
-    if not names.is_uuid(sr_uuid):
-        return
     try:
-        changed = _record(sr_uuid, {"state": state, "health": health})
+        changed = _record(record, state)
     except (IOError, OSError) as exc:
-        log.warning("cannot record the health of SR %s: %s", sr_uuid, exc)
+        log.warning("cannot record the health of SR %s: %s", record["sr"],
+                    exc)
         return
-    if changed:
-        _send(sr_uuid, *message(pool, state, health))
+    if changed and names.is_uuid(record.get("uuid")):
+        _send(record["uuid"], *message(pool, state, health))
 
 
-def _record(sr_uuid, seen):
-    """Store seen as the SR's last health; True if that changed it.
+def last_record(sr):
+    """The last SR.stat answer recorded for sr (since boot), or None: what
+    SR.stat reports when a suspended pool cannot tell it anything else."""
+    try:
+        with open(_path(sr)) as f:
+            return json.loads(f.read() or "null")["record"]
+    except (IOError, OSError, ValueError, KeyError, TypeError):
+        return None
 
-    The record is read and written under a flock of its own file, never
-    waited for: a call that finds it held leaves the record to the holder
-    (its next SR.stat compares again), so one change gives one message.
+
+def _path(sr):
+    return lock.run_file("health-" + sr, ".json")
+
+
+def _record(record, state):
+    """Store the SR's answer and pool state; True if its health changed
+    (no record yet counts as healthy).
+
+    The file is read and written under a flock of its own, never waited
+    for: a call that finds it held leaves it to the holder (the next
+    SR.stat compares again), so one change gives one message.
     """
     os.makedirs(lock.RUN_DIR, 0o700, exist_ok=True)
-    path = os.path.join(lock.RUN_DIR, "health-%s.json" % sr_uuid)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(_path(record["sr"]), os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,12 +93,16 @@ def _record(sr_uuid, seen):
             last = json.loads(f.read() or "null")
         except ValueError:
             last = None
-        if last == seen or (last is None and seen["health"] == CLEAN):
-            return False
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps(seen))   # ASCII: json escapes the rest
-        return True
+        if not isinstance(last, dict):
+            last = {"state": "ONLINE", "health": CLEAN}
+        seen = {"state": state, "health": record["health"],
+                "record": record}
+        if seen != last:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(seen))   # ASCII: json escapes the rest
+        return [last.get("state"), last.get("health")] != \
+            [state, record["health"]]
 
 
 def message(pool, state, health):

@@ -35,14 +35,19 @@ NAME_MAX = 200    # bytes of a lock file name (the filesystem allows 255)
 
 
 def _path(name):
-    """The lock file: the name made safe, or, when that would be too long
-    for a file name, its start and a digest of the whole (any string xapi
-    sends must map to a lock, and distinct names to distinct locks)."""
+    return run_file(name, ".lock")
+
+
+def run_file(name, suffix):
+    """RUN_DIR's file for name: the name made safe, or, when that would be
+    too long for a file name, its start and a digest of the whole (any
+    string xapi sends must map to a file, distinct names to distinct files).
+    Lock files (and ``alert``'s health records) are named so."""
     safe = _escape(name)
     if len(safe) > NAME_MAX:
         digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
         safe = "%s..%s" % (safe[:NAME_MAX - 66], digest)
-    return os.path.join(RUN_DIR, "%s.lock" % safe)
+    return os.path.join(RUN_DIR, safe + suffix)
 
 
 def _escape(name):

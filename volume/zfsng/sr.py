@@ -624,10 +624,33 @@ def destroy(dbg, sr):
 def stat(dbg, sr):
     """The SR's record; a pool problem is also logged and, when it changed,
     sent as a XenAPI message in the background (``alert``)."""
-    row = sr_row(sr)
+    try:
+        row = sr_row(sr)
+    except errors.ZfsError as exc:
+        record = _stat_of_a_dead_pool(sr)
+        if record is None:
+            raise exc
+        return record
     state, sr_health = pool_health(pool_of(sr))
-    alert.report(row[meta.SR_UUID], pool_of(sr), state, sr_health)
-    return stat_of(sr, row, sr_health)
+    record = stat_of(sr, row, sr_health)
+    alert.report(record, pool_of(sr), state)
+    return record
+
+
+def _stat_of_a_dead_pool(sr):
+    """When ``zfs get`` fails because the pool cannot serve data (it is
+    SUSPENDED: "pool I/O is currently suspended"): the SR's last answer,
+    Unavailable. None when the pool serves data or there is no answer."""
+    try:
+        state, sr_health = pool_health(pool_of(sr))
+    except errors.StorageError:
+        return None
+    last = alert.last_record(sr)
+    if state in SERVING or last is None:
+        return None
+    record = dict(last, health=sr_health)
+    alert.report(record, pool_of(sr), state)
+    return record
 
 
 def set_name(dbg, sr, new_name):
