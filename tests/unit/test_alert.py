@@ -241,7 +241,18 @@ def test_diagnostics_lead_with_the_pool_problem(fake):
 def test_diagnostics_of_healthy_pools(fake):
     create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
     text = call("Plugin.diagnostics")
-    assert text.startswith("== pool health ==\nno problem: every pool")
+    assert text.startswith("== pool health ==\nno problem: every imported "
+                           "pool is ONLINE")
+
+
+def test_diagnostics_of_a_suspended_pool(fake):
+    create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
+    fake.set_health("tank", "SUSPENDED")
+    fake.inject("zfs", SUSPENDED, times=-1)    # no zfs command answers
+    text = call("Plugin.diagnostics")
+    first = text.split("\n== ", 1)[0]
+    assert "pool tank is SUSPENDED" in first
+    assert "reported to xapi as Unavailable" in first
 
 
 # --- runner.spawn_detached -------------------------------------------------

@@ -41,13 +41,20 @@ def _sr_settings(dataset):
     return "\n".join(lines)
 
 
-def _pool_problems(pools):
-    """One line per pool with a problem, or a line saying there is none.
+def _pool_problems():
+    """One line per imported pool with a problem, or a line saying there
+    is none.
 
     First in the report: SR.stat reports a pool that still serves every
     block as Healthy (xapi would refuse to scan it otherwise), so this is
-    where support sees at once what the SR's health hides.
+    where support sees at once what the SR's health hides. Every imported
+    pool, from ``zpool`` alone: it answers even for a suspended pool, when
+    no ``zfs`` command (and so no SR lookup) does.
     """
+    try:
+        pools = sorted(p["name"] for p in zfs.list_pools())
+    except errors.StorageError as exc:
+        return "cannot list the pools: %s" % exc.message
     lines = []
     for pool in pools:
         try:
@@ -58,8 +65,8 @@ def _pool_problems(pools):
         if health != ["Healthy", ""]:
             lines.append("%s (SR reported to xapi as %s)" % (health[1],
                                                               health[0]))
-    return "\n".join(lines) or ("no problem: every pool holding a zfs-ng SR"
-                                " is ONLINE and 'zpool status -x' is clean")
+    return "\n".join(lines) or ("no problem: every imported pool is ONLINE "
+                                "and 'zpool status -x' is clean")
 
 
 def _hostid_line():
@@ -76,7 +83,8 @@ def _hostid_line():
 def diagnostics(dbg):
     """A readable report: the pools' problems first, then the ZFS version,
     each SR's pool status and settings."""
-    out = [_section("zfs-ng", "version %s" % VERSION)]
+    out = [_section("pool health", _pool_problems()),
+           _section("zfs-ng", "version %s" % VERSION)]
     out.append(_section("hostid", _hostid_line()))
     try:
         out.append(_section("ZFS", zfs.version()))
@@ -86,9 +94,7 @@ def diagnostics(dbg):
         return "\n".join(out)
     if not srs:
         out.append(_section("SRs", "no zfs-ng SR is attached on this host"))
-    pools = sorted(set(srmod.pool_of(ds) for ds, _ in srs))
-    out.insert(0, _section("pool health", _pool_problems(pools)))
-    for pool in pools:
+    for pool in sorted(set(srmod.pool_of(ds) for ds, _ in srs)):
         out.append(_section("zpool status %s" % pool, zfs.pool_status(pool)))
     for dataset, _ in srs:
         out.append(_section("SR %s" % dataset, _sr_settings(dataset)))
