@@ -369,8 +369,8 @@ def test_destroy_refuses_data_zfsng_did_not_make(plugin, disks, new_uuid):
     assert err.value.name == "SrHoldsOtherData"
     assert "own/backups" in err.value.params[1]
     assert "own@before" in err.value.params[1]
-    assert sh("zfs", "list", "-H", "-t", "all", "-o", "name", "-r",
-              "own").split() == ["own", "own/backups", "own@before"]
+    assert sorted(sh("zfs", "list", "-H", "-t", "all", "-o", "name", "-r",
+                     "own").split()) == ["own", "own/backups", "own@before"]
     sh("zfs", "destroy", "own/backups")
     sh("zfs", "destroy", "own@before")
     plugin("SR.destroy", sr=sr)

@@ -1364,6 +1364,11 @@ class FakeZfs(object):
                                       pool.elsewhere[0]))
         pool.elsewhere = None
         name = args[1] if len(args) == 2 else pool.name
+        if self._active_pool(name) and pool.props.get("multihost") == "on":
+            # seen on OpenZFS 2.1 importing a multihost pool by guid: the
+            # kernel's EEXIST, as libzfs words it
+            raise CommandError("cannot import '%s': pool already exists"
+                               % name)
         if self._active_pool(name):
             # do_import(): the name given (the guid, or the new name)
             raise CommandError(

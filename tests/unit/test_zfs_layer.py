@@ -212,3 +212,32 @@ def test_sr_props_are_set_at_creation(fake):
     props = [argv[i + 1] for i, a in enumerate(argv) if a == "-O"]
     assert any(p.startswith(meta.SR_UUID + "=") for p in props)
     assert fake.ran("zfs", "set") == []
+
+
+@pytest.mark.parametrize("err", [
+    # zpool's own check (OpenZFS 2.1, a pool without multihost)
+    "cannot import '3734564193816588715': a pool with that name already "
+    "exists\nuse the form 'zpool import <pool | id> <newpool>' to give it "
+    "a new name\n",
+    # the kernel's EEXIST (OpenZFS 2.1, a multihost pool, by guid)
+    "cannot import 'twin': pool already exists\n",
+    "cannot import '3734564193816588715' as 'zfsng-1': pool already exists\n"])
+def test_an_import_whose_name_is_taken_is_a_name_collision(fake, err):
+    fake.inject("zpool import", err)
+    with pytest.raises(errors.PoolNameCollision):
+        zfs.import_pool("3734564193816588715")
+
+
+def test_a_create_whose_name_is_taken_is_still_dataset_exists(fake, pool):
+    fake.add_disk("/dev/sdf")
+    with pytest.raises(errors.DatasetExists):
+        zfs.create_pool(pool, ["/dev/sdf"], {}, {})
+
+
+def test_pool_leaves_pairs_paths_and_guids(fake):
+    fake.add_disk("/dev/sdf")
+    fake.admin("zpool create -m none p mirror /dev/sdb /dev/sdc log /dev/sdd"
+               " cache /dev/sde spare /dev/sdf")
+    pool = fake.pool("p")
+    assert zfs.pool_leaves("p") == [(leaf.path, leaf.guid)
+                                    for leaf in pool.leaves()]

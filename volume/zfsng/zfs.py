@@ -27,8 +27,10 @@ _ERROR_PATTERNS = [
     (re.compile(r"pool is imported on |in use from another system|"
                 r"imported by another system"),
      errors.PoolImportedElsewhere),
-    # zpool import of a pool whose name an imported pool already has
-    (re.compile(r"a pool with that name already exists"),
+    # zpool import of a pool whose name an imported pool already has: from
+    # zpool's own check, or from the kernel (EEXIST), as on a multihost pool
+    (re.compile(r"a pool with that name already exists|"
+                r"cannot import '[^']*'( as '[^']*')?: pool already exists"),
      errors.PoolNameCollision),
     (re.compile(r"no such pool|pool not found|no such pool or dataset"),
      errors.PoolNotFound),
