@@ -333,13 +333,19 @@ class FakeZfs(object):
         klass = dev.label.get("klass")
         if klass in ("cache", "spare"):
             # vdev_label_init(): an L2ARC or hot spare label holds only
-            # its version, state (POOL_STATE_L2CACHE 4, _SPARE 3), guid
+            # its version, state (POOL_STATE_L2CACHE 4, _SPARE 3), guid;
+            # zdb then prints a cache device's L2ARC header (OpenZFS 2.1)
+            header = "" if klass == "spare" else (
+                "------------------------------------\nL2ARC device header"
+                "\n------------------------------------\n    magic: "
+                "6504978260106102853\n    version: 1\n    pool_guid: %s\n"
+                "    flags: 1\n\n" % pools[-1].guid)
             return ("------------------------------------\nLABEL 0\n"
                     "------------------------------------\n"
-                    "    version: 5000\n    state: %d\n    guid: %s\n%s"
-                    "    labels = 0 1 2 3 \n"
+                    "    version: 5000\n    state: %d\n    guid: %s\n"
+                    "    labels = 0 1 2 3 \n%s"
                     % (4 if klass == "cache" else 3, dev.label["leaf_guid"],
-                       "    ashift: 9\n" if klass == "cache" else ""))
+                       header))
         pool = pools[-1]
         state = {"ACTIVE": 0, "EXPORTED": 1}.get(pool.state, 2)
         hostid, hostname = self.hostid, self.hostname
