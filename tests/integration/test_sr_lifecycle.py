@@ -442,8 +442,11 @@ def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
         assert rc == 137, (n, rc, out)
         uuid = new_uuid()
         stored = create_sr(plugin, uuid, config, name="kc")
+        assert zfs_get("kc", "org.xcp-ng.zfs-ng:unclaimed") != ["-"]
         sr = attach(plugin, stored)
         assert plugin("SR.stat", sr=sr)["uuid"] == uuid
+        # attached once: never taken over again
+        assert zfs_get(sr, "org.xcp-ng.zfs-ng:unclaimed") == ["-"]
         vol = plugin("Volume.create", sr=sr, name="v", description="",
                      size=1 << 20, sharable=False)
         plugin("Volume.destroy", sr=sr, key=vol["key"])
