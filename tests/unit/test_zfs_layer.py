@@ -241,3 +241,13 @@ def test_pool_leaves_pairs_paths_and_guids(fake):
     pool = fake.pool("p")
     assert zfs.pool_leaves("p") == [(leaf.path, leaf.guid)
                                     for leaf in pool.leaves()]
+
+
+def test_a_suspended_pool_is_pool_suspended(fake, pool):
+    # libzfs's EZFS_POOLUNAVAIL, as every command on a SUSPENDED pool says
+    fake.inject("zfs snapshot", "cannot create snapshot 'tank/v@s': pool "
+                "I/O is currently suspended\n")
+    with pytest.raises(errors.PoolSuspended) as info:
+        zfs.snapshot("tank/v@s")
+    assert isinstance(info.value, errors.ZfsError)
+    assert len(fake.ran("zfs", "snapshot")) == 1   # no retry: not busy

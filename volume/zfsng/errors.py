@@ -151,6 +151,12 @@ class RollbackBlocked(ZfsError):
     zfs-ng never passes -r, which would destroy them)."""
 
 
+class PoolSuspended(ZfsError):
+    """The pool stopped its I/O (its disks stopped answering, or multihost
+    could not write for too long): nothing can change until the disks are
+    back and ``zpool clear`` resumes it."""
+
+
 class CommandTimeout(StorageError):
     """A command did not finish within its bound (see ``runner``): the pool
     may be suspended or a device stuck. It was killed (or, stuck in the

@@ -32,6 +32,8 @@ _ERROR_PATTERNS = [
     (re.compile(r"a pool with that name already exists|"
                 r"cannot import '[^']*'( as '[^']*')?: pool already exists"),
      errors.PoolNameCollision),
+    # libzfs's EZFS_POOLUNAVAIL: a SUSPENDED pool refuses every change
+    (re.compile(r"I/O is currently suspended"), errors.PoolSuspended),
     (re.compile(r"no such pool|pool not found|no such pool or dataset"),
      errors.PoolNotFound),
     (re.compile(r"dataset already exists|pool already exists"),
