@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from zfsng import errors, meta, volume, wire
+from zfsng import errors, meta, volume, wire, zfs
 
 import fakezfs
 from conftest import call, create_sr, create_volume
@@ -215,3 +215,13 @@ def test_every_listed_volume_is_a_valid_v5_volume(fake, sr, two):
     for vol in call("SR.ls", sr=sr):
         wire.VOLUME.check(vol, "v")
         json.dumps(vol)
+
+
+def test_reading_one_property_of_a_broken_row(fake, sr, two):
+    # get_one with columns that do not start with the name (sr.py does so)
+    odd, _ = two
+    fake._run(["zfs", "set", "%s=1\t2\n3" % meta.VDI_NAME, zvol(odd)])
+    row = zfs.get_one(zvol(odd), [meta.VDI_NAME, "volsize"])
+    assert (row[meta.VDI_NAME], row["volsize"]) == ("1\t2\n3", str(GiB))
+    fake._run(["zfs", "inherit", meta.VDI_NAME, zvol(odd)])
+    assert zfs.get_one(zvol(odd), [meta.VDI_NAME])[meta.VDI_NAME] is None
