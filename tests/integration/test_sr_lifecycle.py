@@ -7,6 +7,8 @@ zfs/zpool tools themselves.
 
 import json
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -340,9 +342,14 @@ def test_destroy_spares_a_disk_replaced_out_of_the_pool(plugin, disks,
     assert leaves("rep") == [d0 + "-part1", d1 + "-part1"]
     sr = attach(plugin, stored)
     sh("zpool", "replace", "rep", d1 + "-part1", d2)
-    sh("zpool", "wait", "-t", "resilver", "rep")
-    assert zfs_member(d1 + "-part1") == stored["pool-guid"]  # stale label
-    sh("wipefs", "-a", d1 + "-part1")
+    sh("zpool", "wait", "-t", "replace", "rep")   # d1 resilvered out
+    assert leaves("rep") == [d0 + "-part1", d2 + "-part1"]
+    # the admin reuses d1 (ZFS closes it a moment after the replace: a
+    # busy wipefs is tried again)
+    for _ in range(60):
+        if subprocess.call(["wipefs", "-a", d1 + "-part1"]) == 0:
+            break
+        time.sleep(0.5)
     sh("wipefs", "-a", d1)
     sh("udevadm", "settle")
     sh("mkfs.ext4", "-q", "-F", d1)
@@ -377,30 +384,42 @@ def test_destroy_refuses_data_zfsng_did_not_make(plugin, disks, new_uuid):
     assert_blank(disks[:1])
 
 
-def _destroy_commands(plugin, config, new_uuid, tmp_path):
-    """The commands a plain SR.destroy runs (ZFSNG_TRACE), and the index
-    (from 1) of its zpool destroy."""
-    trace = str(tmp_path / "trace.jsonl")
-    stored = create_sr(plugin, new_uuid(), config, name="kd")
-    sr = attach(plugin, stored)
+CHANGES = (["zpool", "create"], ["zpool", "destroy"], ["zpool", "import"],
+           ["zpool", "export"], ["zpool", "labelclear"], ["zfs", "set"],
+           ["zfs", "inherit"], ["wipefs", "-a"])
+
+
+def traced_points(plugin, method, tmp_path, **args):
+    """Run method with ZFSNG_TRACE; return where to kill a later run of it:
+    right after each command that changes something (a kill after a
+    command that only reads leaves the state of the change before it),
+    and right before the first (as from the start). Counted from 1."""
+    trace = str(tmp_path / ("trace-%s.jsonl" % method))
     traced = plugin.__class__(plugin.root, env=dict(plugin.env,
                                                     ZFSNG_TRACE=trace))
-    traced("SR.destroy", sr=sr)
+    traced(method, **args)
     with open(trace) as f:
         argvs = [json.loads(line)["argv"] for line in f]
-    return len(argvs), [a[:2] for a in argvs].index(["zpool", "destroy"]) + 1
+    changes = [i + 1 for i, argv in enumerate(argvs)
+               if [p for p in CHANGES if argv[:len(p)] == p]]
+    assert changes, argvs
+    return [changes[0] - 1] + changes, argvs
 
 
 def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
                                                          new_uuid, tmp_path):
-    """Kill SR.destroy after its commands (the first two, then every one
-    from the last before zpool destroy on); xapi then detaches the SR and,
-    on the admin's retry, attaches it and destroys what attach answered:
-    the disks end up blank every time, with no plan left."""
+    """Kill SR.destroy after each of its commands that changes something
+    (and the one before zpool destroy); xapi then detaches the SR and, on
+    the admin's retry, attaches it and destroys what attach answered: the
+    disks end up blank every time, with no plan left. (The unit tests kill
+    it after every single command, on the fake.)"""
     config = {"vdev": "mirror %s %s" % (disks[0], disks[1])}
-    total, destroy_at = _destroy_commands(plugin, config, new_uuid, tmp_path)
+    sr = attach(plugin, create_sr(plugin, new_uuid(), config, name="kd"))
+    points, argvs = traced_points(plugin, "SR.destroy", tmp_path, sr=sr)
+    destroy_at = [a[:2] for a in argvs].index(["zpool", "destroy"]) + 1
+    assert points[:2] == [destroy_at - 1, destroy_at]
     assert_blank(disks[:2])
-    for n in sorted(set([1, 2]) | set(range(destroy_at - 1, total))):
+    for n in points:
         stored = create_sr(plugin, new_uuid(), config, name="kd")
         sr = attach(plugin, stored)
         crashing = plugin.__class__(plugin.root, env=dict(
@@ -419,21 +438,18 @@ def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
 
 def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
                                                        new_uuid, tmp_path):
-    """Kill SR.create after its commands (the first, then every one from
-    zpool create on); xapi forgets the SR and the admin's retry comes with
-    a new uuid on the same disk: it succeeds, and the SR works."""
+    """Kill SR.create before and after zpool create; xapi forgets the SR
+    and the admin's retry comes with a new uuid on the same disk: it
+    succeeds, and the SR works. (The unit tests kill it after every single
+    command, on the fake.)"""
     config = {"device": disks[0]}
-    trace = str(tmp_path / "trace.jsonl")
-    traced = plugin.__class__(plugin.root, env=dict(plugin.env,
-                                                    ZFSNG_TRACE=trace))
-    traced("SR.create", uuid=new_uuid(), configuration=config, name="kc",
-           description="")
-    with open(trace) as f:
-        argvs = [json.loads(line)["argv"][:2] for line in f]
-    create_at = argvs.index(["zpool", "create"]) + 1
+    points, argvs = traced_points(plugin, "SR.create", tmp_path,
+                                  uuid=new_uuid(), configuration=config,
+                                  name="kc", description="")
+    assert [argvs[n - 1][:2] for n in points[1:]] == [["zpool", "create"]]
     # the traced create's pool, never attached, is taken over by the
     # first retry; each round ends with the disk blank
-    for n in [1] + list(range(create_at, len(argvs) + 1)):
+    for n in points:
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
         rc, out, _ = crashing.raw("SR.create", {
