@@ -3,7 +3,7 @@
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
-#          [--shared-disk FILE] -- <command...>
+#          [--shared-disk FILE] [--cpus N] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -11,7 +11,8 @@
 # <results>/output.log. Exits with the command's exit code; 124 if the guest
 # timed out, 125 if it stopped without reporting one.
 #
-# Defaults: --zfs 2.1, --disks 6, --disk-size 1G, --mem 3072, --timeout 2400.
+# Defaults: --zfs 2.1, --disks 6, --disk-size 1G, --mem 3072, --timeout 2400,
+# --cpus 2 (ZFSNG_GUEST_CPUS).
 # --results DIR keeps the results dir (created if needed; otherwise it is a
 # temp dir removed at exit, like the disks and the root overlay).
 # --hostid HEX gives the guest that hostid (default: the image's own).
@@ -26,6 +27,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
+cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
     sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
         --results) results=${2:?}; shift 2 ;;
         --hostid) hostid=${2:?}; shift 2 ;;
         --shared-disk) shared=${2:?}; shift 2 ;;
+        --cpus) cpus=${2:?}; shift 2 ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "run.sh: no command given" >&2; usage; }
 [[ "$disks" =~ ^[0-9]+$ ]] || { echo "run.sh: --disks wants a number" >&2; exit 2; }
+[[ "$cpus" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --cpus wants a number" >&2; exit 2; }
 [ -z "$hostid" ] || [[ "$hostid" =~ ^[0-9a-f]{8}$ ]] ||
     { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
 [ -z "$shared" ] || [ -f "$shared" ] ||
@@ -122,7 +126,7 @@ start=$SECONDS
 # stdin from /dev/null: the terminal stays in cooked mode, so Ctrl-C stops
 # the run instead of going to the guest.
 set +e
-timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp 2 -m "$mem" \
+timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp "$cpus" -m "$mem" \
     -nodefaults -display none -serial stdio -no-reboot \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append" \
     "${drives[@]}" \
