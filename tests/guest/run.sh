@@ -19,8 +19,9 @@
 # --shared-disk FILE attaches an existing raw file, without image locking, as
 # /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
 # two hosts seeing one LUN. The host's CPython 3.6 (ZFSNG_PY36, default the
-# pyenv 3.6 tree) is mounted in the guest at the same path and linked as
-# /usr/local/bin/python3.6, the interpreter of XCP-ng 8.3's dom0.
+# pyenv 3.6 tree) is attached as a read-only disk, mounted in the guest at
+# the same path and linked as /usr/local/bin/python3.6, the interpreter of
+# XCP-ng 8.3's dom0.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +57,7 @@ done
 [ -z "$shared" ] || [ -f "$shared" ] ||
     { echo "run.sh: --shared-disk $shared is not a file" >&2; exit 2; }
 py36=$(bash "$here/python36.sh")
+py36_img=$(bash "$here/python36.sh" --image)
 
 img=$(bash "$here/build-image.sh" "$zfs")
 
@@ -78,9 +80,17 @@ else
     mkdir "$results"
 fi
 
-# The command, quoted for bash, run by the guest init with cwd /src.
+# The command, quoted for bash, run by the guest init with cwd /src, after
+# the CPython 3.6 disk is mounted at the tree's own path (its RPATH).
 {
     echo '#!/bin/bash'
+    printf 'py36=%q\n' "$py36"
+    cat <<'EOF'
+mkdir -p "$py36" &&
+    mount -o ro /dev/disk/by-id/virtio-zfsng-py36 "$py36" &&
+    ln -sf "$py36/bin/python3.6" /usr/local/bin/python3.6 ||
+    echo "run.sh: cannot mount the CPython 3.6 disk" >&2
+EOF
     printf 'exec'
     printf ' %q' "$@"
     echo
@@ -100,6 +110,9 @@ for ((i = 1; i <= disks; i++)); do
     drives+=(-drive "file=$tmp/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
+# The CPython 3.6 tree, read-only (see python36.sh --image).
+drives+=(-drive "file=$py36_img,format=raw,if=none,id=py36,readonly=on"
+    -device "virtio-blk-pci,drive=py36,serial=zfsng-py36")
 if [ -n "$shared" ]; then
     # No image locking: the other guest holds the same file open. Both
     # QEMUs go through this host's page cache, so each sees the other's
@@ -113,7 +126,6 @@ fi
 # init end qemu instead of hanging until the timeout.
 append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
 append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
-append+=" zfsng.py36=$py36"
 [ -z "$hostid" ] || append+=" zfsng.hostid=$hostid"
 
 echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB" >&2
@@ -133,7 +145,6 @@ timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp "$cpus" -m "$mem" \
     -device virtio-rng-pci \
     -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \
     -virtfs "local,path=$results,mount_tag=results,security_model=none" \
-    -virtfs "local,path=$py36,mount_tag=py36,security_model=none,readonly=on" \
     </dev/null &
 qemu_pid=$!
 wait "$qemu_pid"
