@@ -1,5 +1,7 @@
 #!/bin/bash
-# Run a command as root inside a QEMU TCG guest with real OpenZFS.
+# Run a command as root inside a QEMU TCG guest with real OpenZFS and
+# XCP-ng's real blktap (tap-ctl, tapdisk, vhd-util and the blktap2 driver,
+# added by blktap-image.sh).
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
@@ -60,6 +62,7 @@ py36=$(bash "$here/python36.sh")
 py36_img=$(bash "$here/python36.sh" --image)
 
 img=$(bash "$here/build-image.sh" "$zfs")
+img=$(bash "$here/blktap-image.sh" "$img")
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-run.XXXXXX")
 qemu_pid=
@@ -90,6 +93,11 @@ mkdir -p "$py36" &&
     mount -o ro /dev/disk/by-id/virtio-zfsng-py36 "$py36" &&
     ln -sf "$py36/bin/python3.6" /usr/local/bin/python3.6 ||
     echo "run.sh: cannot mount the CPython 3.6 disk" >&2
+# blktap: the driver, and a syslog reader (tapdisk's log and SMlog would
+# otherwise go to the console) writing to the guest's /var/log/messages.
+modprobe blktap || echo "run.sh: cannot load the blktap driver" >&2
+busybox syslogd -O /var/log/messages ||
+    echo "run.sh: cannot start syslogd" >&2
 EOF
     printf 'exec'
     printf ' %q' "$@"
