@@ -85,14 +85,28 @@ def arc_data_counts():
     return stats["demand_data_hits"], stats["demand_data_misses"]
 
 
+def zil_commits():
+    """ZIL commits so far (``zil_commit_count``): a write path that asks
+    for synchronous semantics (FUA, flush, fsync) commits the ZIL; 0 in a
+    run means nothing waited for the log."""
+    with open("/proc/spl/kstat/zfs/zil") as f:
+        for line in f:
+            row = line.split()
+            if len(row) == 3 and row[0] == "zil_commit_count":
+                return int(row[2])
+    return 0
+
+
 def io_run(path, size, workload, runtime_s, pool, disks):
     """One timed fio run on a synced pool; writes include the flush.
 
-    Returns iops, mib_s, flush_s, disk amplification, ARC counts, ios."""
+    Returns iops, mib_s, flush_s, disk amplification, ARC counts, ZIL
+    commits, ios."""
     name, rw, bs, iodepth = workload
     pool_sync(pool)
-    arc0, disk0 = arc_data_counts(), disk_bytes(disks)
+    arc0, disk0, zil0 = arc_data_counts(), disk_bytes(disks), zil_commits()
     stats = fio(path, size, rw, bs, iodepth, runtime_s)
+    zil1 = zil_commits()
     flush = pool_sync(pool) if "write" in rw else 0.0
     arc1, disk1 = arc_data_counts(), disk_bytes(disks)
     seconds = stats["runtime"] / 1000.0 + flush
@@ -102,7 +116,8 @@ def io_run(path, size, workload, runtime_s, pool, disks):
             "flush_s": flush, "ios": stats["total_ios"],
             "disk_read_per_byte": (disk1[0] - disk0[0]) / moved,
             "disk_written_per_byte": (disk1[1] - disk0[1]) / moved,
-            "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1]}
+            "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1],
+            "zil_commits": zil1 - zil0}
 
 
 def fill(path, size, pool):

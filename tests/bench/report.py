@@ -1,6 +1,7 @@
 """Turn a benchmark run's results.json into report.md and PNG plots.
 
     python3 tests/bench/report.py DIR
+    python3 tests/bench/report.py --compare OUT.md DIR...   (runs side by side)
 
 Runs on the host (matplotlib is a bench tool, installed by ``make bench``
 into the project's venv, never needed by the plugin). Every table shows
@@ -38,22 +39,95 @@ def table(head, rows):
 # --- datapath ---------------------------------------------------------------
 
 WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
+BACKENDS = ["tap-zvol", "zvol", "tap-vhd-file", "tap-raw-file"]
+RATIO_TEXT = {
+    "zvol_vs_vhd": "tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1)",
+    "hop": "zvol / tap-zvol (slowdown by the tapdisk hop)",
+    "raw_vs_vhd": "tap-raw-file / tap-vhd-file (the VHD format)",
+    "zvol_vs_raw": "tap-zvol / tap-raw-file (zvol against file, raw)",
+}
+
+
+def ratio_s(s):
+    return "%.2fx (%.2f-%.2f)" % (s["median"], s["min"], s["max"])
+
+
+def _ratio(d, name, workload, snapshot):
+    for r in d.get("ratios", []):
+        if (r["ratio"], r["workload"], r["snapshot"]) == (name, workload,
+                                                         snapshot):
+            return r["value"]
+    return None
+
+
+def _wl_order(w):
+    return WORKLOADS.index(w) if w in WORKLOADS else 99
+
+
+def launch_table(d):
+    """tap-zvol / tap-vhd-file beside the launch benchmark and targets."""
+    rows = []
+    for w in WORKLOADS:
+        plain = _ratio(d, "zvol_vs_vhd", w, False)
+        snap = _ratio(d, "zvol_vs_vhd", w, True)
+        target = d["targets"][w]
+        met = [x["median"] >= target for x in (plain, snap) if x]
+        rows.append([w, d["launch"][w], ">= %gx" % target,
+                     ratio_s(plain) if plain else "-",
+                     ratio_s(snap) if snap else "-",
+                     "yes" if met and all(met) else
+                     ("no" if not any(met) else "without snapshot only"
+                      if met[0] else "with snapshot only")])
+    return table(["workload", "Vates' launch benchmark", "target",
+                  "measured, no snapshot", "measured, with snapshot",
+                  "target met"], rows)
+
+
+def hop_table(d):
+    rows = []
+    for w in WORKLOADS:
+        cells = [_ratio(d, "hop", w, snap) for snap in (False, True)]
+        rows.append([w] + [ratio_s(c) if c else "-" for c in cells] +
+                     ["yes" if all(c and c["median"] <= d["hop_target"]
+                                   for c in cells) else "no"])
+    return table(["workload", "zvol / tap-zvol, no snapshot",
+                  "with snapshot", "<= %gx" % d["hop_target"]], rows)
+
+
+def other_ratios_table(d):
+    rows = []
+    for name in ("raw_vs_vhd", "zvol_vs_raw"):
+        for w in WORKLOADS:
+            rows.append([RATIO_TEXT[name], w] + [
+                ratio_s(c) if c else "-" for c in
+                (_ratio(d, name, w, s) for s in (False, True))])
+    return table(["ratio", "workload", "no snapshot", "with snapshot"], rows)
+
+
+def penalty_table(d):
+    by = dict(((p["backend"], p["workload"]), p["with_over_without"])
+              for p in d.get("snapshot_penalty", []))
+    rows = [[b] + ["%.2fx" % by[(b, w)] if by.get((b, w)) else "-"
+                   for w in WORKLOADS] for b in BACKENDS]
+    return table(["backend"] + WORKLOADS, rows)
 
 
 def _dp_rows(results):
     rows = []
     for r in sorted(results, key=lambda r: (r["snapshot"],
-                                            WORKLOADS.index(r["workload"])
-                                            if r["workload"] in WORKLOADS
-                                            else 99, r["backend"])):
+                                            _wl_order(r["workload"]),
+                                            BACKENDS.index(r["backend"])
+                                            if r["backend"] in BACKENDS
+                                            else 99)):
         rows.append([r["workload"], "yes" if r["snapshot"] else "no",
                      r["backend"], spread(r["iops"]),
                      spread(r["mib_s"], "%.1f"),
-                     "%.2fx" % r["ratio_to_zvol"],
-                     "%.2fx" % r["ratio_to_zvol_nbd"]
-                     if "ratio_to_zvol_nbd" in r else "",
                      _per_byte(r, "disk_read_per_byte"),
-                     _per_byte(r, "disk_written_per_byte")])
+                     _per_byte(r, "disk_written_per_byte"),
+                     "%.0f" % med(r["zil_commits"]) if "zil_commits" in r
+                     else "",
+                     "%d/%d" % (r["arc"]["arc_hits"], r["arc"]["arc_misses"])
+                     if "arc" in r else ""])
     return rows
 
 
@@ -62,47 +136,96 @@ def _per_byte(r, key):
 
 
 def datapath(d, out):
-    md = ["## Datapath: zvol against the files SMAPIv1 would use\n",
-          "fio on the block device each stack gives a guest, same pool, same "
-          "compression. Ratio = that backend's median / the zvol's median in "
-          "the same snapshot state (above 1 is faster than the zvol). "
-          "*vs zvol-nbd*: the VHD against a zvol behind the same qemu-nbd, "
-          "the cost of the format alone. *disk read/written per byte*: "
-          "bytes the pool's disk moved per byte fio moved (amplification, "
-          "which TCG does not distort).\n"]
-    md.append(table(["workload", "snapshot", "backend", "IOPS median (min-max)",
-                     "MiB/s median (min-max)", "ratio to zvol",
-                     "vs zvol-nbd", "disk read per byte",
-                     "disk written per byte"],
-                    _dp_rows(d["results"])))
+    if "ratios" not in d:
+        return ["## Datapath\n", "(an older results.json: no tapdisk "
+                "figures; rendered by an older report.py)\n"]
+    md = ["## Datapath through tapdisk: zfs-ng's zvol against SMAPIv1's "
+          "VHD file\n",
+          "fio (libaio, O_DIRECT) on the tapdev XCP-ng's real tapdisk "
+          "serves, every backend on the same pool with the same "
+          "compression. *tap-zvol*: a zfs-ng VDI attached through the "
+          "installed datapath plugin (tapdisk `aio:` on the zvol); "
+          "*zvol*: fio on that same zvol, no tapdisk; *tap-vhd-file*: "
+          "tapdisk `vhd:` on a dynamic VHD in a dataset (SMAPIv1's ZFS "
+          "SR); *tap-raw-file*: tapdisk `aio:` on a raw file in a dataset "
+          "(control). Every ratio is computed per run (interleaved runs "
+          "paired) and given as median (min-max); above 1 the first "
+          "backend is faster.\n",
+          "### zfs-ng (tapdisk raw on a zvol) against SMAPIv1 (tapdisk VHD "
+          "on a file)\n",
+          "With a snapshot: the zvol under a ZFS snapshot, the VHD as a "
+          "VHD snapshot chain (what SMAPIv1's VDI.snapshot makes).\n",
+          launch_table(d),
+          "### The tapdisk hop\n",
+          "fio on the zvol itself over fio on the tapdev tapdisk makes of "
+          "it: how many times slower the guest's path is.\n",
+          hop_table(d),
+          "### The other ratios\n",
+          other_ratios_table(d),
+          "### What a snapshot costs\n",
+          "Median IOPS with a snapshot over median without, per backend.\n",
+          penalty_table(d),
+          "### Every figure\n",
+          "*disk read/written per byte*: bytes the pool's disk moved per "
+          "byte fio moved (amplification, which TCG does not distort). "
+          "*ZIL commits*: median per run. *ARC hits/misses*: demand data, "
+          "all runs.\n",
+          table(["workload", "snapshot", "backend", "IOPS median (min-max)",
+                 "MiB/s median (min-max)", "disk read per byte",
+                 "disk written per byte", "ZIL commits", "ARC hits/misses"],
+                _dp_rows(d["results"]))]
     md += _config_and_notes(d)
-    path = _plot_datapath(d["results"], out)
+    path = _plot_datapath(d, out)
     md.append("\n![datapath ratios](%s)\n" % os.path.basename(path))
     return md
 
 
-def _plot_datapath(results, out):
-    backends = sorted(set(r["backend"] for r in results),
-                      key=lambda b: (b != "zvol", b))
+def _plot_datapath(d, out):
+    names = ["zvol_vs_vhd", "hop", "raw_vs_vhd", "zvol_vs_raw"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, snap in zip(axes, (False, True)):
-        width = 0.8 / len(backends)
-        for i, backend in enumerate(backends):
-            vals = []
-            for w in WORKLOADS:
-                hit = [r for r in results if r["backend"] == backend and
-                       r["workload"] == w and r["snapshot"] == snap]
-                vals.append(hit[0]["ratio_to_zvol"] if hit else 0)
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            vals = [(_ratio(d, name, w, snap) or {"median": 0})["median"]
+                    for w in WORKLOADS]
             ax.bar([x + i * width for x in range(len(WORKLOADS))], vals,
-                   width, label=backend)
+                   width, label=name)
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(WORKLOADS))])
         ax.set_xticklabels(WORKLOADS)
         ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_yscale("log")
         ax.set_title("with a snapshot" if snap else "no snapshot")
-    axes[0].set_ylabel("median / zvol median")
+    axes[0].set_ylabel("IOPS ratio (median of per-run ratios)")
     axes[0].legend()
-    fig.suptitle("Datapath throughput relative to the zfs-ng zvol")
+    fig.suptitle("Datapath ratios through tapdisk")
     return _save(fig, out, "datapath.png")
+
+
+# --- raw file against zvol ----------------------------------------------------
+
+def rawfile(d, out):
+    md = ["## Raw file against zvol, no tapdisk: one difference at a time\n",
+          "fio directly on each device (libaio, O_DIRECT). Ratio: IOPS over "
+          "zvol-16K's (zfs-ng's defaults) in the same run, median "
+          "(min-max) of the per-run ratios. *reqsync*: the module "
+          "parameter zvol_request_sync=1 during its runs.\n"]
+    rows = []
+    for r in sorted(d["results"], key=lambda r: (
+            _wl_order(r["workload"]), d["configs"].index(r["config"]))):
+        rows.append([r["workload"], r["config"], spread(r["iops"]),
+                     spread(r["mib_s"], "%.1f"),
+                     ratio_s(r["ratio_to_zvol_16k"]),
+                     _per_byte(r, "disk_read_per_byte"),
+                     _per_byte(r, "disk_written_per_byte"),
+                     "%.0f" % med(r["zil_commits"]),
+                     "%d/%d" % (r["arc"]["arc_hits"],
+                                r["arc"]["arc_misses"])])
+    md.append(table(["workload", "device", "IOPS median (min-max)",
+                     "MiB/s median (min-max)", "ratio to zvol-16K",
+                     "disk read per byte", "disk written per byte",
+                     "ZIL commits", "ARC hits/misses"], rows))
+    md += _config_and_notes(d)
+    return md
 
 
 # --- volblocksize -----------------------------------------------------------
@@ -242,12 +365,70 @@ def header(r):
             "results.json\n"]
 
 
+def compare(out_path, directories):
+    """The tapdisk tables of several runs (one per ZFS version), side by
+    side, into one markdown file."""
+    runs = []
+    for directory in directories:
+        with open(os.path.join(directory, "results.json")) as f:
+            r = json.load(f)
+        if "ratios" in r.get("datapath", {}):
+            runs.append((directory, r))
+    if not runs:
+        sys.exit("compare: no run with tapdisk datapath figures")
+    d0 = runs[0][1]["datapath"]
+    heads = []
+    for directory, r in runs:
+        v = r["conditions"]["zfs_version"].split("-")[1]
+        heads += ["%s, no snapshot" % v, "%s, with snapshot" % v]
+    md = ["# zfs-ng against SMAPIv1 through tapdisk, OpenZFS side by side\n",
+          "Generated by `tests/bench/report.py --compare` from: %s. QEMU "
+          "TCG guest: only ratios within one run count. Each cell: median "
+          "(min-max) of per-run IOPS ratios.\n" % ", ".join(
+              "[%s](%s/report.md) (%d runs per figure)" % (
+                  os.path.basename(os.path.normpath(dr)),
+                  os.path.relpath(dr, os.path.dirname(out_path) or "."),
+                  r["conditions"]["runs"]) for dr, r in runs),
+          "## tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1's ZFS SR)\n"]
+    rows = []
+    for w in WORKLOADS:
+        row = [w, d0["launch"][w], ">= %gx" % d0["targets"][w]]
+        for _, r in runs:
+            for snap in (False, True):
+                c = _ratio(r["datapath"], "zvol_vs_vhd", w, snap)
+                row.append(ratio_s(c) if c else "-")
+        rows.append(row)
+    md.append(table(["workload", "Vates' launch benchmark", "target"] + heads,
+                    rows))
+    md.append("\n## The tapdisk hop: zvol / tap-zvol (target <= %gx)\n"
+              % d0["hop_target"])
+    rows = []
+    for w in WORKLOADS:
+        row = [w]
+        for _, r in runs:
+            for snap in (False, True):
+                c = _ratio(r["datapath"], "hop", w, snap)
+                row.append(ratio_s(c) if c else "-")
+        rows.append(row)
+    md.append(table(["workload"] + heads, rows))
+    md.append("\n## Guest time\n")
+    md.append(table(["run", "datapath section s", "whole run s"], [
+        [os.path.basename(os.path.normpath(dr)),
+         "%.0f" % r["datapath"]["wall_s"],
+         "%.0f" % sum(v["wall_s"] for v in r.values()
+                      if isinstance(v, dict) and "wall_s" in v)]
+        for dr, r in runs]))
+    with open(out_path, "w") as f:
+        f.write("\n".join(md))
+    print("comparison: %s" % out_path)
+
+
 def main(directory):
     with open(os.path.join(directory, "results.json")) as f:
         r = json.load(f)
     md = header(r)
-    for name, fn in (("datapath", datapath), ("volblocksize", volblocksize),
-                     ("control", control)):
+    for name, fn in (("datapath", datapath), ("rawfile", rawfile),
+                     ("volblocksize", volblocksize), ("control", control)):
         if name in r:
             md += fn(r[name], directory)
             md.append("\nSection wall time: %.0f s\n" % r[name]["wall_s"])
@@ -258,6 +439,10 @@ def main(directory):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: report.py DIR (containing results.json)")
-    main(sys.argv[1])
+    if len(sys.argv) >= 4 and sys.argv[1] == "--compare":
+        compare(sys.argv[2], sys.argv[3:])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
+        sys.exit("usage: report.py DIR (containing results.json)\n"
+                 "       report.py --compare OUT.md DIR...")
