@@ -375,7 +375,8 @@ def summarise(raw, snapshot):
     for (name, workload), runs in sorted(raw.items()):
         r = {"backend": name, "snapshot": snapshot, "workload": workload}
         for field in ("iops", "mib_s", "disk_read_per_byte",
-                      "disk_written_per_byte", "zil_commits"):
+                      "disk_written_per_byte", "zil_commits",
+                      "cpu_busy", "cpu_us_per_io"):
             r[field] = common.summary(m[field] for m in runs)
         if "write" in workload:
             r["flush_s"] = common.summary(m["flush_s"] for m in runs)

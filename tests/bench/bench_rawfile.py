@@ -156,7 +156,8 @@ def run(ctx):
                  m["iops"] / b["iops"] for m, b in zip(runs, base)
                  if b["iops"])}
         for field in ("iops", "mib_s", "disk_read_per_byte",
-                      "disk_written_per_byte", "zil_commits", "flush_s"):
+                      "disk_written_per_byte", "zil_commits",
+                      "cpu_busy", "cpu_us_per_io", "flush_s"):
             r[field] = common.summary(m[field] for m in runs)
         r["arc"] = dict((k, sum(m[k] for m in runs))
                         for k in ("arc_hits", "arc_misses", "ios"))

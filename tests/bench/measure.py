@@ -97,15 +97,26 @@ def zil_commits():
     return 0
 
 
+def cpu_times():
+    """(busy, total) jiffies of all CPUs so far (/proc/stat): busy is
+    everything but idle and iowait."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    total = sum(fields)
+    return total - fields[3] - fields[4], total
+
+
 def io_run(path, size, workload, runtime_s, pool, disks):
     """One timed fio run on a synced pool; writes include the flush.
 
     Returns iops, mib_s, flush_s, disk amplification, ARC counts, ZIL
-    commits, ios."""
+    commits, guest CPU use, ios."""
     name, rw, bs, iodepth = workload
     pool_sync(pool)
     arc0, disk0, zil0 = arc_data_counts(), disk_bytes(disks), zil_commits()
+    cpu0 = cpu_times()
     stats = fio(path, size, rw, bs, iodepth, runtime_s)
+    cpu1 = cpu_times()
     zil1 = zil_commits()
     flush = pool_sync(pool) if "write" in rw else 0.0
     arc1, disk1 = arc_data_counts(), disk_bytes(disks)
@@ -117,7 +128,13 @@ def io_run(path, size, workload, runtime_s, pool, disks):
             "disk_read_per_byte": (disk1[0] - disk0[0]) / moved,
             "disk_written_per_byte": (disk1[1] - disk0[1]) / moved,
             "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1],
-            "zil_commits": zil1 - zil0}
+            "zil_commits": zil1 - zil0,
+            # the guest's CPUs during fio (its start and exit included):
+            # near 1.0, the run was CPU-bound, as everything is under TCG
+            "cpu_busy": (cpu1[0] - cpu0[0]) / float(max(cpu1[1] - cpu0[1],
+                                                        1)),
+            "cpu_us_per_io": (cpu1[0] - cpu0[0]) * 1e6 / float(
+                os.sysconf("SC_CLK_TCK")) / max(stats["total_ios"], 1)}
 
 
 def fill(path, size, pool):

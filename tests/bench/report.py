@@ -127,8 +127,16 @@ def _dp_rows(results):
                      "%.0f" % med(r["zil_commits"]) if "zil_commits" in r
                      else "",
                      "%d/%d" % (r["arc"]["arc_hits"], r["arc"]["arc_misses"])
-                     if "arc" in r else ""])
+                     if "arc" in r else ""] + _cpu(r))
     return rows
+
+
+def _cpu(r):
+    """Guest CPU busy share and CPU microseconds per I/O (medians)."""
+    if "cpu_busy" not in r:
+        return ["", ""]
+    return ["%.0f%%" % (100 * med(r["cpu_busy"])),
+            "%.0f" % med(r["cpu_us_per_io"])]
 
 
 def _per_byte(r, key):
@@ -169,10 +177,13 @@ def datapath(d, out):
           "*disk read/written per byte*: bytes the pool's disk moved per "
           "byte fio moved (amplification, which TCG does not distort). "
           "*ZIL commits*: median per run. *ARC hits/misses*: demand data, "
-          "all runs.\n",
+          "all runs. *guest CPU busy*: share of the guest's CPU time "
+          "not idle during fio; *CPU us per I/O*: busy CPU time per I/O "
+          "(emulated: only comparable within the run).\n",
           table(["workload", "snapshot", "backend", "IOPS median (min-max)",
                  "MiB/s median (min-max)", "disk read per byte",
-                 "disk written per byte", "ZIL commits", "ARC hits/misses"],
+                 "disk written per byte", "ZIL commits", "ARC hits/misses",
+                 "guest CPU busy", "CPU us per I/O"],
                 _dp_rows(d["results"]))]
     md += _config_and_notes(d)
     path = _plot_datapath(d, out)
@@ -219,11 +230,12 @@ def rawfile(d, out):
                      _per_byte(r, "disk_written_per_byte"),
                      "%.0f" % med(r["zil_commits"]),
                      "%d/%d" % (r["arc"]["arc_hits"],
-                                r["arc"]["arc_misses"])])
+                                r["arc"]["arc_misses"])] + _cpu(r))
     md.append(table(["workload", "device", "IOPS median (min-max)",
                      "MiB/s median (min-max)", "ratio to zvol-16K",
                      "disk read per byte", "disk written per byte",
-                     "ZIL commits", "ARC hits/misses"], rows))
+                     "ZIL commits", "ARC hits/misses", "guest CPU busy",
+                     "CPU us per I/O"], rows))
     md += _config_and_notes(d)
     return md
 
