@@ -440,11 +440,29 @@ def config(ctx, plan_, backends):
                "snapshot -n leaf.vhd -p disk.vhd" % (plan_["size_bytes"]
                                                      // MIB),
         "vhd_block_size": _vhd_field(vhd, "Block size"),
+        "queue_limits": dict((name, _queue_limits(backends.paths[name]))
+                             for name in BACKENDS),
         "zvol": zfs_props(common.volume_dataset(backends.vol),
                           ["volblocksize", "compression", "sync"]),
         "files_dataset": zfs_props(ds, files_props),
         "arc_c_max_mib": arcstats()["c_max"] // MIB,
     }
+
+
+def _queue_limits(dev):
+    """The largest request the block layer sends this device (KiB) and
+    its segments: a tapdev's ring caps both, so a 4M read arrives at
+    tapdisk as many small requests."""
+    rdev = os.stat(dev).st_rdev
+    base = "/sys/dev/block/%d:%d/queue/" % (os.major(rdev), os.minor(rdev))
+    out = {}
+    for name in ("max_sectors_kb", "max_segments", "max_segment_size"):
+        try:
+            with open(base + name) as f:
+                out[name] = int(f.read())
+        except (IOError, OSError, ValueError):
+            out[name] = None
+    return out
 
 
 def _vhd_field(vhd, field):
