@@ -176,6 +176,35 @@ class Tapdisk(object):
             _quiet(["tap-ctl", "free", "-m", str(self.minor)])
 
 
+def _direct_probe(directory):
+    """On a dataset with ZFS's default direct=standard: what vhd-util
+    create and a 512-byte O_DIRECT write answer (the evidence for the
+    VHD dataset's direct=disabled)."""
+    out = {}
+    for name, argv in (
+            ("vhd-util create", ["vhd-util", "create", "-n",
+                                 os.path.join(directory, "probe.vhd"),
+                                 "-s", "8"]),
+            ("dd bs=512 oflag=direct", ["dd", "if=/dev/zero", "of=" +
+                                        os.path.join(directory, "probe.img"),
+                                        "bs=512", "count=1",
+                                        "oflag=direct"]),
+            ("dd bs=4096 oflag=direct", ["dd", "if=/dev/zero", "of=" +
+                                         os.path.join(directory,
+                                                      "probe.img"),
+                                         "bs=4096", "count=1",
+                                         "oflag=direct"])):
+        proc = subprocess.run(argv, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT,
+                              universal_newlines=True)
+        out[name] = {"rc": proc.returncode,
+                     "output": proc.stdout.strip()[-300:]}
+    for f in ("probe.vhd", "probe.img"):
+        if os.path.exists(os.path.join(directory, f)):
+            os.unlink(os.path.join(directory, f))
+    return out
+
+
 def _has_direct():
     """Whether this OpenZFS has the ``direct`` property (2.3 and later)."""
     return subprocess.run(["zfs", "get", "-H", "direct", "-o", "value"],
@@ -209,6 +238,7 @@ class Backends(object):
         self.vhd_dir = None
         self.vhd_leaf = None
         self.vhd_leaves = 0
+        self.direct_probe = None
         self.zfs_snaps = 0
 
     def setup(self):
@@ -245,7 +275,10 @@ class Backends(object):
         self.taps["tap-vhd-file"] = Tapdisk("vhd:" + vhd)
         self.paths["tap-vhd-file"] = self.taps["tap-vhd-file"].dev
 
-        raw = os.path.join(self._dataset(FILES_DATASET), "raw.img")
+        files_dir = self._dataset(FILES_DATASET)
+        if _has_direct():
+            self.direct_probe = _direct_probe(files_dir)
+        raw = os.path.join(files_dir, "raw.img")
         with open(raw, "wb") as f:
             f.truncate(self.size)
         self.taps["tap-raw-file"] = Tapdisk("aio:" + raw)
@@ -465,6 +498,7 @@ def config(ctx, plan_, backends):
                              for name in BACKENDS),
         "zvol": zfs_props(common.volume_dataset(backends.vol),
                           ["volblocksize", "compression", "sync"]),
+        "direct_io_probe": backends.direct_probe,
         "vhd_dataset": zfs_props(ds, files_props),
         "raw_file_dataset": zfs_props("%s/%s" % (ctx.pool, FILES_DATASET),
                                       files_props),
