@@ -11,23 +11,29 @@ for what each one does):
                                      /dev/xen/blktap-2/tapdev<minor>
                                      (BLKTAP2_IO_DEVICE + minor)
   tap-ctl attach -p PID -m MINOR     the tapdisk takes the minor's ring
-                                     (EEXIST if it has it already)
+                                     (EINVAL if it has it already)
   tap-ctl open -p PID -m MINOR -a aio:PATH [-R]
                                      open the image; -R read-only; -D would
                                      ask for no O_DIRECT (see below);
                                      EALREADY if already open
   tap-ctl close -p PID -m MINOR [-t SECONDS]
                                      close it (ENODEV: no such VBD)
-  tap-ctl detach -p PID -m MINOR     release the ring (EBUSY while open); a
+  tap-ctl detach -p PID -m MINOR     release the ring (EINVAL while open); a
                                      tapdisk whose last VBD goes exits
                                      (tapdisk_server_check_state)
-  tap-ctl free -m MINOR              release the minor (EBUSY while a
-                                     tapdisk holds it, ENODEV if unknown)
+  tap-ctl free -m MINOR              release the minor (ENODEV if
+                                     unknown); only ever of an orphan: on
+                                     a minor a tapdisk holds, blktap
+                                     3.55.5 answers 0 and the minor stays
+                                     listed for good
   tap-ctl list                       one line per VBD, tapdisk and orphan
                                      minor: "pid=%d minor=%d state=%#x
                                      args=%s:%s", fields left out when
                                      unknown (tap_cli_list_dict; a 3-way
                                      outer join of minors, tapdisks, VBDs)
+
+What the datapath relies on here is checked against the real blktap in
+the test guest (tests/integration/test_tapctl_contract.py).
 
 On failure tap-ctl prints strerror() on stderr and exits with the errno
 (main(): ``return ret >= 0 ? ret : -ret``). The same sequence is what

@@ -1,18 +1,12 @@
-"""The datapath plugin on real OpenZFS, through the installed executables.
+"""The datapath plugin on real OpenZFS, through the installed executables:
+every dom0 path (the BlockDevice a dom0 attach hands out is the zvol
+itself), snapshot VDIs through their read-only clone, reset-on-boot
+(open/close) on real zvols, and the proof that the device node is the zvol
+(udev, zvol_id). Data is written and read back with O_DIRECT, as tapdisk
+does, and compared by sha256.
 
-What this Debian guest can run: every dom0 path (the BlockDevice a dom0
-attach hands out is the zvol itself), snapshot VDIs through their read-only
-clone, reset-on-boot (open/close) on real zvols, and the proof that the
-device node is the zvol (udev, zvol_id). Data is written and read back with
-O_DIRECT, as tapdisk does, and compared by sha256.
-
-What it cannot run: the tapdev. A guest attach needs Xen's blktap (tap-ctl,
-tapdisk, the blktap kernel module) and this guest has no Xen; the tapdisk
-state machine is covered by the unit tests (tests/unit/test_datapath.py on
-faketapctl). Here a guest attach is checked for what it does without
-blktap: a typed TapdiskUnavailable error that changes nothing. A line says
-so in the test output. On a host with tap-ctl the guest test runs the real
-cycle instead.
+A guest's disk, through the real tapdisk: test_tapdisk.py (which uses the
+helpers and fixtures here).
 """
 
 import hashlib
@@ -463,41 +457,3 @@ def test_a_zvol_that_is_no_vdi_is_never_touched(dp, plugin, sr, vdi,
     assert err.value.name == "NotAVdi"
     assert zfs_names(sr) == names
     assert states() == []
-
-
-# --- a guest: what this guest can and cannot run -----------------------------
-
-def test_guest_tapdev(dp, plugin, sr, vdi, capsys):
-    snap = plugin("Volume.snapshot", sr=sr, key=vdi["key"])
-    if shutil.which("tap-ctl"):
-        for vol in (vdi, snap):
-            result = twice(dp, "Datapath.attach", uri=uri(vol),
-                           domain=GUEST)
-            xendisk, block = result["implementations"]
-            assert xendisk[0] == "XenDisk"
-            assert xendisk[1]["backend_type"] == "vbd3"
-            assert os.path.exists(xendisk[1]["params"])
-            twice(dp, "Datapath.activate", uri=uri(vol), domain=GUEST)
-            twice(dp, "Datapath.deactivate", uri=uri(vol), domain=GUEST)
-            twice(dp, "Datapath.detach", uri=uri(vol), domain=GUEST)
-        assert states() == []
-        return
-    with capsys.disabled():
-        print("\nNOT TESTED IN THIS GUEST: the tapdev (tap-ctl spawn/"
-              "allocate/attach/open, the XenDisk vbd3 a guest gets) needs "
-              "Xen's blktap, which a Debian guest without Xen lacks; "
-              "tests/unit/test_datapath.py covers it on faketapctl. Tested "
-              "here: a guest attach without blktap is refused with "
-              "TapdiskUnavailable and changes nothing.")
-    names = zfs_names(sr)
-    for vol in (vdi, snap):
-        with pytest.raises(PluginError) as err:
-            dp("Datapath.attach", uri=uri(vol), domain=GUEST)
-        assert err.value.name == "TapdiskUnavailable"
-        assert "blktap" in err.value.params[1]
-        assert zfs_names(sr) == names          # no clone left
-        assert states() == []
-        twice(dp, "Datapath.detach", uri=uri(vol), domain=GUEST)
-    with pytest.raises(PluginError) as err:
-        dp("Datapath.activate", uri=uri(vdi), domain=GUEST)
-    assert err.value.name == "NotAttached"

@@ -4,27 +4,35 @@ Like fakezfs, it is a runner (``FakeTapCtl()(argv) -> runner.Result``)
 installed at zfs-ng's one command seam, and it answers the way blktap's
 ``tap-ctl`` does (xapi-project/blktap ``control/tap-ctl.c`` for the options
 and output, ``control/tap-ctl-*.c`` and ``drivers/tapdisk-control.c`` and
-the kernel's ``control.c`` (blktap-dkms) for the state machine):
+the kernel's ``control.c`` (blktap-dkms) for the state machine), and is
+held to the real blktap by tests/integration/test_tapctl_contract.py,
+which plays the same command sequences on both in the test guest:
 
 - ``spawn`` starts an idle tapdisk and prints its pid ("%d\\n": stdout is
   no tty); an idle tapdisk lives until killed.
 - ``allocate`` reserves the lowest free minor and prints
   ``/dev/xen/blktap-2/tapdev<minor>``.
 - ``attach -p -m`` needs both options (else usage, EINVAL), a live tapdisk
-  (ENOENT: its control socket is gone), an allocated minor (ENOENT: no ring
-  device), a minor no other tapdisk holds (EBUSY) and not already attached
-  to this one (EEXIST).
+  (ENOENT: its control socket is gone; ECONNREFUSED: it died and left the
+  socket), an allocated minor (ENOENT: no ring device), a minor no other
+  tapdisk holds (EINVAL) and not already attached to this one (EINVAL).
 - ``open -p -m -a type:path [-R] [-D] [-t s]`` needs the VBD attached
   (EINVAL), not open yet (EALREADY), and an existing path (ENOENT).
 - ``close -p -m [-f] [-t s]`` needs the VBD (ENODEV) and, stricter than the
   real one (which may treat closing a closed VBD as done), that it is open
   (EINVAL): the datapath must never depend on either behaviour.
-- ``detach -p -m`` needs the VBD (ENODEV) closed (EBUSY); a tapdisk whose
+- ``detach -p -m`` needs the VBD (ENODEV) closed (EINVAL); a tapdisk whose
   last VBD goes exits (tapdisk_server_check_state).
 - ``free -m`` needs the minor (ENODEV) and no tapdisk holding it (EBUSY).
+  The real one is looser: freeing a minor a tapdisk holds answers 0 and
+  leaves the minor listed for good, even after that tapdisk lets it go
+  (seen on blktap 3.55.5 with the 6.1 driver; further frees answer 0 and
+  change nothing). The datapath frees only orphan minors, so the fake
+  refuses it loudly instead.
 - ``list [-p] [-m] [-t] [-f]`` prints the key=value lines of
   tap_cli_list_dict: VBDs ("pid=%d minor=%d state=%#x args=%s:%s", no args
-  before open), idle tapdisks ("pid=%d"), then orphan minors ("minor=%d").
+  before open; state 0, or 0x2 once closed), idle tapdisks ("pid=%d"),
+  then orphan minors ("minor=%d").
 - A failure prints strerror() on stderr and exits with the errno.
 - ``kill -TERM <pid>`` (the kill program) ends a tapdisk.
 
@@ -39,6 +47,7 @@ import os
 from zfsng import runner
 
 TAPDEV = "/dev/xen/blktap-2/tapdev%d"
+CLOSED = 0x2          # a VBD's state in ``list`` once closed
 PROGRAMS = ("tap-ctl", "kill")
 
 
@@ -48,6 +57,7 @@ class FakeTapCtl(object):
         self.exists = exists          # is the image path there?
         self.tapdisks = {}            # pid -> {minor: vbd dict}
         self.minors = set()           # allocated minors
+        self.killed = set()           # pids of tapdisks that died
         self.next_pid = 4242
         self.calls = []
         self.unknown = []
@@ -90,9 +100,10 @@ class FakeTapCtl(object):
         """The tapdisk died (crash, kill -9): no VBD is served any more;
         the minors it held stay allocated in the kernel (orphans)."""
         del self.tapdisks[pid]
+        self.killed.add(pid)
 
     def reboot(self):
-        self.tapdisks, self.minors = {}, set()
+        self.tapdisks, self.minors, self.killed = {}, set(), set()
 
     def vbds(self):
         """[(pid, minor, args or None, readonly)] of every VBD."""
@@ -151,6 +162,8 @@ class FakeTapCtl(object):
             raise _Errno(errno.EINVAL)
 
     def _tapdisk(self, pid):
+        if pid in self.killed:
+            raise _Errno(errno.ECONNREFUSED)  # its socket, no listener
         if pid not in self.tapdisks:
             raise _Errno(errno.ENOENT)   # no control socket ctl<pid>
         return self.tapdisks[pid]
@@ -175,12 +188,12 @@ class FakeTapCtl(object):
         pid, minor = self._int(opts, "p"), self._int(opts, "m")
         vbds = self._tapdisk(pid)
         if minor in vbds:
-            raise _Errno(errno.EEXIST)
+            raise _Errno(errno.EINVAL)
         if minor not in self.minors:
             raise _Errno(errno.ENOENT)   # no ring device /dev/.../blktapN
         if self.holder(minor) is not None:
-            raise _Errno(errno.EBUSY)    # another tapdisk maps the ring
-        vbds[minor] = {"args": None, "readonly": False}
+            raise _Errno(errno.EINVAL)   # another tapdisk maps the ring
+        vbds[minor] = {"args": None, "readonly": False, "state": 0}
         return ""
 
     def _open(self, args):
@@ -199,6 +212,7 @@ class FakeTapCtl(object):
         if not self.exists(path):
             raise _Errno(errno.ENOENT)
         vbd["args"], vbd["readonly"] = opts["a"], "R" in opts
+        vbd["state"] = 0
         return ""
 
     def _close(self, args):
@@ -210,6 +224,7 @@ class FakeTapCtl(object):
         if vbd["args"] is None:
             raise _Errno(errno.EINVAL)
         vbd["args"], vbd["readonly"] = None, False
+        vbd["state"] = CLOSED
         return ""
 
     def _detach(self, args):
@@ -220,7 +235,7 @@ class FakeTapCtl(object):
         if vbd is None:
             raise _Errno(errno.ENODEV)
         if vbd["args"] is not None:
-            raise _Errno(errno.EBUSY)
+            raise _Errno(errno.EINVAL)
         del vbds[minor]
         if not vbds:
             del self.tapdisks[pid]       # its last VBD: tapdisk exits
@@ -251,7 +266,8 @@ class FakeTapCtl(object):
             for minor in sorted(vbds):
                 args_ = vbds[minor]["args"]
                 kind, path = (args_.split(":", 1) if args_ else (None, None))
-                rows.append((pid, minor, 0, kind, path))
+                rows.append((pid, minor, vbds[minor].get("state", 0), kind,
+                             path))
         if "p" not in opts:
             held = set(m for vbds in self.tapdisks.values() for m in vbds)
             rows += [(-1, m, -1, None, None)
