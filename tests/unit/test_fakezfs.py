@@ -20,14 +20,22 @@ def run(host, command):
 
 
 def test_unknown_argv_raises_and_is_remembered(host):
-    for argv in (["zfs", "frobnicate"], ["zpool", "list", "-x"],
-                 ["mkfs.ext4", "/dev/sdb"], ["zfs", "list", "-o", "name"],
-                 ["lsblk", "/dev/sdb"]):
+    forms = (["zfs", "frobnicate"], ["zpool", "list", "-x"],
+             ["mkfs.ext4", "/dev/sdb"], ["zfs", "list", "-o", "name"],
+             ["lsblk", "/dev/sdb"],
+             # forms zfs-ng never sends, taken out of the fake
+             # (tests/integration/test_fakezfs_contract.py)
+             ["lsblk", "-n", "-l", "-p", "-o", "NAME", "/dev/sdb"],
+             ["zfs", "create", "-b", "8K", "-V", "1G", "--", "tank/v"],
+             ["zfs", "get", "-Hp", "-d", "1", "-o", "name", "type", "tank"],
+             ["zfs", "list", "-Hp", "-t", "all", "tank"],
+             ["zfs", "get", "-Hp", "type", "tank"])
+    for argv in forms:
         with pytest.raises(AssertionError) as info:
             host(argv)
         assert repr(argv) in str(info.value)
-    assert len(host.unknown) == 5
-    assert len(host.calls) == 5
+    assert len(host.unknown) == len(forms)
+    assert len(host.calls) == len(forms)
 
 
 def test_calls_are_recorded_and_mutations_picked_out(host):
@@ -56,8 +64,11 @@ def test_zpool_list_verbose_vdev_lines_carry_statistics(host):
 
 def test_whole_disks_are_partitioned(host):
     host.admin("zpool create tank /dev/sdb")
-    out = host.admin("lsblk -n -l -p -o NAME /dev/sdb")
-    assert out == "/dev/sdb\n/dev/sdb1\n/dev/sdb9\n"
+    out = host.admin("lsblk -n -p -P -o NAME,TYPE,MOUNTPOINT /dev/sdb")
+    assert out.splitlines() == [
+        'NAME="/dev/sdb" TYPE="disk" MOUNTPOINT=""',
+        'NAME="/dev/sdb1" TYPE="part" MOUNTPOINT=""',
+        'NAME="/dev/sdb9" TYPE="part" MOUNTPOINT=""']
     assert "PTTYPE=gpt" in host.admin("blkid -p -o export /dev/sdb")
     member = host.admin("blkid -p -o export /dev/sdb1")
     assert "TYPE=zfs_member" in member and "LABEL=tank" in member

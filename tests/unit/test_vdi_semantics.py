@@ -189,7 +189,8 @@ def test_fake_clone_origin_clones_and_size(pool):
         ["tank/c1", "tank/v@s", "-", str(2 * GiB), "8192", "-"],
         ["tank/c2", "tank/v@s", "-", str(2 * GiB), "8192", "-"],
         ["tank/v", "-", "-", str(2 * GiB), "8192", "-"],
-        ["tank/v@s", "-", "tank/c1,tank/c2", str(2 * GiB), "8192", "off"]]
+        # a snapshot has no volblocksize on OpenZFS 2.1 and 2.3
+        ["tank/v@s", "-", "tank/c1,tank/c2", str(2 * GiB), "-", "off"]]
     # a clone carries its own local properties, not its origin's
     assert pool.local_props("tank/c1") == {"com.x:c": "1"}
     assert pool.get("tank/c2", "com.x:k") is None
@@ -273,10 +274,10 @@ def test_fake_thick_volsize_follows_its_refreservation(pool):
     assert int(pool.get("tank/thick", "refreservation")) > 3 * GiB
 
 
-def test_fake_set_is_not_one_transaction(pool):
-    """zfs_set_prop_nvlist(): volsize and refreservation are set one after
-    the other; a refreservation the pool cannot hold fails, the new volsize
-    stays."""
+def test_fake_thick_grow_past_the_pool_changes_nothing(pool):
+    """A refreservation the pool cannot hold fails the command, and the
+    volsize set with it does not stay: what OpenZFS 2.1 and 2.3 do
+    (tests/integration/test_fakezfs_contract.py)."""
     pool.admin("zfs create -V 1G tank/thick")
     old = pool.get("tank/thick", "refreservation")
     result = run(pool, ["zfs", "set", "refreservation=auto",
@@ -284,7 +285,7 @@ def test_fake_set_is_not_one_transaction(pool):
     assert (result.rc, result.err) == (
         1, "cannot set property for 'tank/thick': size is greater than "
            "available space\n")
-    assert int(pool.get("tank/thick", "volsize")) == 40 * GiB
+    assert int(pool.get("tank/thick", "volsize")) == GiB
     assert pool.get("tank/thick", "refreservation") == old
 
 
