@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import (PluginError, all_disks, disk_state, leaves, pools_on,
-                      sh, wipe)
+                      played, sh, wipe)
 
 GiB = 1 << 30
 
@@ -409,7 +409,8 @@ def traced_points(plugin, method, tmp_path, **args):
 def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
                                                          new_uuid, tmp_path):
     """Kill SR.destroy after each of its commands that changes something
-    (and the one before zpool destroy); xapi then detaches the SR and, on
+    (and the one before zpool destroy; this run's share of them,
+    conftest.plays); xapi then detaches the SR and, on
     the admin's retry, attaches it and destroys what attach answered: the
     disks end up blank every time, with no plan left. (The unit tests kill
     it after every single command, on the fake.)"""
@@ -419,7 +420,7 @@ def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
     destroy_at = [a[:2] for a in argvs].index(["zpool", "destroy"]) + 1
     assert points[:2] == [destroy_at - 1, destroy_at]
     assert_blank(disks[:2])
-    for n in points:
+    for n in played(points):
         stored = create_sr(plugin, new_uuid(), config, name="kd")
         sr = attach(plugin, stored)
         crashing = plugin.__class__(plugin.root, env=dict(

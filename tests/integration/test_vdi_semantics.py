@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import xapi_flows as xapi
-from conftest import PluginError, sh
+from conftest import PluginError, plays, sh
 
 MiB = 1 << 20
 
@@ -238,13 +238,16 @@ def _crash_setup(plugin, sr, op):
 
 @pytest.mark.parametrize("op", sorted(CRASH_OPS))
 def test_crash_at_every_command_is_repaired(plugin, sr, op):
-    """Kill the call after its n-th command, for every n; the next calls
-    (xapi attaching the SR again, the next destroy) leave a consistent SR:
-    every other VDI there with its keys, no internal snapshot or hidden
-    parent left, and nothing at all once everything is destroyed."""
+    """Kill the call after its n-th command, for every n this run plays
+    (conftest.plays); the next calls (xapi attaching the SR again, the
+    next destroy) leave a consistent SR: every other VDI there with its
+    keys, no internal snapshot or hidden parent left, and nothing at all
+    once everything is destroyed."""
     method, target, _ = CRASH_OPS[op]
     expected, crashes = {}, 0
     for n in range(1, 16):
+        if not plays(n):
+            continue
         made = _crash_setup(plugin, sr, op)
         args = {"dbg": "crash", "sr": sr, "key": made[target]}
         if op == "resize":
@@ -262,7 +265,7 @@ def test_crash_at_every_command_is_repaired(plugin, sr, op):
         crashes += 1
         plugin("SR.attach", configuration=attach_config(sr))
         _consistent(plugin, sr, expected)
-    assert crashes >= 2
+    assert crashes >= 1
     for key in [v["key"] for v in plugin("SR.ls", sr=sr)]:
         plugin("Volume.destroy", sr=sr, key=key)
     assert zfs_names(sr) == [sr]
@@ -308,7 +311,7 @@ print("ops", ops, "errors", errors)
 
 
 def test_eight_concurrent_callers(plugin, sr):
-    procs = [_worker(plugin.root, plugin.env, sr, 60, seed)
+    procs = [_worker(plugin.root, plugin.env, sr, 30, seed)
              for seed in range(8)]
     outputs = [p.communicate() for p in procs]
     for proc, (out, err) in zip(procs, outputs):
