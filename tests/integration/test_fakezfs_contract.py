@@ -490,6 +490,9 @@ def corpus(run):
     forms = set()
     for _, _, _, records in run.steps:
         for argv, _, _, _ in records:
+            if argv[0] not in COMPARED + ("udevadm",):
+                forms.add(os.path.basename(argv[0]))   # zvol_id <dev>
+                continue
             words = [argv[0]] + [a for a in argv[1:2]] + [
                 a.split("=")[0] for a in argv[2:] if a.startswith("-")]
             forms.add(" ".join(words))
