@@ -23,7 +23,7 @@ import pytest
 
 from conftest import PluginError, sh
 from test_datapath import GUEST, SIZE, dataset, dd_hash, dd_write, \
-    pattern, sha, states, twice, uri, zfs_names
+    pattern, sha, states, uri, zfs_names
 from test_datapath import dp, sr, vdi  # noqa: F401 (fixtures)
 from xapi_flows import domain_of
 
@@ -69,24 +69,47 @@ def no_tapdisk_survives(disks):
             subprocess.run(["tap-ctl", "free", "-m", str(row["minor"])])
 
 
-def start(dp, vol, domain=GUEST, readonly=False, persistent=True,
-          call=twice):
-    """A VM start: open, attach, activate; returns the tapdev path."""
-    call(dp, "Datapath.open", uri=uri(vol), persistent=persistent)
-    result = call(dp, "Datapath.attach", uri=uri(vol), domain=domain)
-    xendisk, block = result["implementations"]
-    assert xendisk[0] == "XenDisk" and block[0] == "BlockDevice"
-    assert xendisk[1]["backend_type"] == "vbd3"
-    call(dp, "Datapath.activate_readonly" if readonly else
-         "Datapath.activate", uri=uri(vol), domain=domain)
-    return xendisk[1]["params"], block[1]["path"]
+class Xapi(object):
+    """xapi-storage-script's datapath calls for one VDI (main.ml): each one
+    a Volume.stat of the VDI first, whose URI it then sends; each made
+    twice in a row (as xapi repeats a call after a failure), the second
+    answering the same, unless ``repeat=False``."""
+
+    def __init__(self, dp, plugin, sr, vol, repeat=True):
+        self.dp, self.plugin, self.sr, self.vol = dp, plugin, sr, vol
+        self.repeat = repeat
+
+    def __call__(self, method, **args):
+        answers = []
+        for _ in range(2 if self.repeat else 1):
+            fresh = self.plugin("Volume.stat", sr=self.sr,
+                                key=self.vol["key"])
+            answers.append(self.dp(method, uri=uri(fresh), **args))
+        assert answers[0] == answers[-1], (method, answers)
+        return answers[0]
+
+    def start(self, domain=GUEST, readonly=False, persistent=True):
+        """A VM start: epoch_begin (open), attach, activate; returns the
+        tapdev and the zvol's path."""
+        self("Datapath.open", persistent=persistent)
+        result = self("Datapath.attach", domain=domain)
+        xendisk, block = result["implementations"]
+        assert xendisk[0] == "XenDisk" and block[0] == "BlockDevice"
+        assert xendisk[1]["backend_type"] == "vbd3"
+        self("Datapath.activate_readonly" if readonly else
+             "Datapath.activate", domain=domain)
+        return xendisk[1]["params"], block[1]["path"]
+
+    def stop(self, domain=GUEST):
+        """A VM shutdown: deactivate, detach, epoch_end (close)."""
+        self("Datapath.deactivate", domain=domain)
+        self("Datapath.detach", domain=domain)
+        self("Datapath.close")
 
 
-def stop(dp, vol, domain=GUEST, call=twice):
-    """A VM shutdown: deactivate, detach, close."""
-    call(dp, "Datapath.deactivate", uri=uri(vol), domain=domain)
-    call(dp, "Datapath.detach", uri=uri(vol), domain=domain)
-    call(dp, "Datapath.close", uri=uri(vol))
+@pytest.fixture
+def xapi(dp, plugin, sr, vdi):
+    return Xapi(dp, plugin, sr, vdi)
 
 
 def vbd_of(tapdev):
@@ -99,8 +122,8 @@ def zvol(vol):
     return "/dev/zvol/" + dataset(vol)
 
 
-def test_a_guest_reads_and_writes_the_zvol_through_tapdisk(dp, sr, vdi):
-    tapdev, block = start(dp, vdi)
+def test_a_guest_reads_and_writes_the_zvol_through_tapdisk(xapi, sr, vdi):
+    tapdev, block = xapi.start()
     row = vbd_of(tapdev)
     assert row["args"] == "aio:" + block    # raw, the zvol itself
     assert os.path.realpath(block) == os.path.realpath(zvol(vdi))
@@ -112,114 +135,113 @@ def test_a_guest_reads_and_writes_the_zvol_through_tapdisk(dp, sr, vdi):
     assert dd_hash(tapdev) == sha(two)          # and the reverse
     with open(tapdev, "rb") as f:
         assert f.seek(0, os.SEEK_END) == SIZE   # the guest sees its size
-    stop(dp, vdi)
+    xapi.stop()
     nothing_left(sr)
     assert dd_hash(zvol(vdi)) == sha(two)
 
 
-def test_a_snapshot_vdi_is_served_read_only_from_its_clone(dp, plugin, sr,
-                                                           vdi):
+def test_a_snapshot_vdi_is_served_read_only_from_its_clone(xapi, dp, plugin,
+                                                           sr, vdi):
     one, two = pattern(3), pattern(4)
-    tapdev, _ = start(dp, vdi)
+    tapdev, _ = xapi.start()
     assert dd_write(tapdev, one) == (0, "")
     snap = plugin("Volume.snapshot", sr=sr, key=vdi["key"])
     assert dd_write(tapdev, two) == (0, "")
     # the snapshot to another VM, while the VDI stays in use
-    snap_dev, snap_block = start(dp, snap, domain=OTHER_GUEST)
+    other = Xapi(dp, plugin, sr, snap)
+    snap_dev, snap_block = other.start(domain=OTHER_GUEST)
     row = vbd_of(snap_dev)
     assert row["args"] == "aio:" + snap_block
     assert snap_block.endswith(".ro")
     assert len(tapdisk_pids()) == 2             # one tapdisk per VBD
     assert dd_hash(snap_dev) == sha(one)        # its point in time
     assert dd_hash(tapdev) == sha(two)
-    rc, err = dd_write(snap_dev, two)
-    assert rc != 0                              # tapdisk opened it -R
+    assert dd_write(snap_dev, two)[0] != 0      # tapdisk opened it -R
     assert dd_hash(snap_dev) == sha(one)
-    stop(dp, snap, domain=OTHER_GUEST)
+    other.stop(domain=OTHER_GUEST)
     assert [n for n in zfs_names(sr) if n.endswith(".ro")] == []
-    stop(dp, vdi)
+    xapi.stop()
     nothing_left(sr)
 
 
-def test_activate_readonly_opens_the_vdi_read_only(dp, sr, vdi):
+def test_activate_readonly_opens_the_vdi_read_only(xapi, sr, vdi):
     one = pattern(5)
     assert dd_write(zvol(vdi), one) == (0, "")
-    tapdev, _ = start(dp, vdi, readonly=True)
+    tapdev, _ = xapi.start(readonly=True)
     assert dd_hash(tapdev) == sha(one)
     assert dd_write(tapdev, pattern(6))[0] != 0
     assert dd_hash(zvol(vdi)) == sha(one)
-    stop(dp, vdi)
+    xapi.stop()
     nothing_left(sr)
 
 
-def test_a_non_persistent_disk_through_tapdisk_is_reset_at_close(dp, sr,
+def test_a_non_persistent_disk_through_tapdisk_is_reset_at_close(xapi, sr,
                                                                  vdi):
     one, two = pattern(7), pattern(8)
     assert dd_write(zvol(vdi), one) == (0, "")
     for boot in range(2):                       # two boots of the VM
-        tapdev, _ = start(dp, vdi, persistent=False)
+        tapdev, _ = xapi.start(persistent=False)
         assert dd_hash(tapdev) == sha(one)      # each boot starts clean
         assert dd_write(tapdev, two) == (0, "")
         assert dd_hash(tapdev) == sha(two)
-        stop(dp, vdi)
+        xapi.stop()
         assert dd_hash(zvol(vdi)) == sha(one), boot
     nothing_left(sr)
 
 
-def test_a_tapdisk_killed_under_a_running_vm_is_replaced(dp, sr, vdi):
+def _kill(pid):
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pid in tapdisk_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pid not in tapdisk_pids()
+
+
+def test_a_tapdisk_killed_under_a_running_vm_is_replaced(xapi, sr, vdi):
     one, two = pattern(9), pattern(10)
-    tapdev, _ = start(dp, vdi)
+    tapdev, _ = xapi.start()
     assert dd_write(tapdev, one) == (0, "")
     old = vbd_of(tapdev)["pid"]
-    os.kill(old, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while old in tapdisk_pids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert old not in tapdisk_pids()
+    _kill(old)
     # xapi's next activate (a VBD replug) gets a new tapdisk on the same
     # minor: the guest's device path does not change
-    twice(dp, "Datapath.activate", uri=uri(vdi), domain=GUEST)
+    xapi("Datapath.activate", domain=GUEST)
     row = vbd_of(tapdev)
     assert row["pid"] != old and tapdisk_pids() == [row["pid"]]
     assert dd_hash(tapdev) == sha(one)
     assert dd_write(tapdev, two) == (0, "")
     assert dd_hash(zvol(vdi)) == sha(two)
-    stop(dp, vdi)
+    xapi.stop()
     nothing_left(sr)
 
 
 @pytest.mark.parametrize("active", [True, False])
-def test_a_vm_whose_tapdisk_died_shuts_down_cleanly(dp, sr, vdi, active):
-    tapdev, _ = start(dp, vdi, call=lambda dp, m, **a: dp(m, **a)) \
-        if active else (None, None)
-    if not active:     # attached, never activated
-        result = dp("Datapath.attach", uri=uri(vdi), domain=GUEST)
-        tapdev = result["implementations"][0][1]["params"]
-    pid = vbd_of(tapdev)["pid"]
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
-    stop(dp, vdi)               # the minor it held is freed
+def test_a_vm_whose_tapdisk_died_shuts_down_cleanly(xapi, sr, vdi, active):
+    xapi("Datapath.open", persistent=True)
+    result = xapi("Datapath.attach", domain=GUEST)
+    tapdev = result["implementations"][0][1]["params"]
+    if active:
+        xapi("Datapath.activate", domain=GUEST)
+    _kill(vbd_of(tapdev)["pid"])
+    xapi.stop()                 # the minor it held is freed
     nothing_left(sr)
 
 
-def test_a_vm_reboot_and_repeated_calls_keep_one_tapdisk(dp, sr, vdi):
+def test_a_vm_reboot_keeps_the_data_and_one_tapdisk(xapi, sr, vdi):
     one = pattern(11)
-    tapdev, _ = start(dp, vdi)
+    tapdev, _ = xapi.start()
     assert dd_write(tapdev, one) == (0, "")
-    first = vbd_of(tapdev)
-    # xapi repeats activate after a timeout: same tapdisk, still open
-    twice(dp, "Datapath.activate", uri=uri(vdi), domain=GUEST)
-    assert vbd_of(tapdev) == first and len(tapdisk_pids()) == 1
-    stop(dp, vdi)
-    tapdev2, _ = start(dp, vdi)                 # the reboot
     assert len(tap_list()) == 1
-    assert dd_hash(tapdev2) == sha(one)
-    stop(dp, vdi)
+    xapi.stop()
+    tapdev, _ = xapi.start()                    # the reboot
+    assert len(tap_list()) == 1 and len(tapdisk_pids()) == 1
+    assert dd_hash(tapdev) == sha(one)
+    xapi.stop()
     nothing_left(sr)
 
 
-def test_destroy_of_a_vdi_in_use_by_a_vm_is_refused(dp, plugin, sr, vdi):
-    tapdev, _ = start(dp, vdi)
+def test_destroy_of_a_vdi_in_use_by_a_vm_is_refused(xapi, plugin, sr, vdi):
+    tapdev, _ = xapi.start()
     # xapi never asks this; if something does, the zvol tapdisk holds
     # open stays, and so does the guest's disk
     with pytest.raises(PluginError) as err:
@@ -227,7 +249,7 @@ def test_destroy_of_a_vdi_in_use_by_a_vm_is_refused(dp, plugin, sr, vdi):
     assert err.value.name == "DatasetBusy"
     assert dd_write(tapdev, pattern(12)) == (0, "")
     assert dd_hash(zvol(vdi)) == sha(pattern(12))
-    stop(dp, vdi)
+    xapi.stop()
     nothing_left(sr)
     plugin("Volume.destroy", sr=sr, key=vdi["key"])
     assert dataset(vdi) not in zfs_names(sr)
