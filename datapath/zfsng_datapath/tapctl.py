@@ -54,8 +54,8 @@ reasons:
   whose own sync semantics (ZIL, ``sync=``) then apply;
 - SMAPIv1 does the same for block-device SRs (blktap2.py keeps O_DIRECT
   except for file SRs, where it trades it for read caching).
-tapdisk itself could not be measured here: the test guest has no Xen. What
-was measured is the choice tapdisk's open makes, on the zvol it gets: fio
+What was measured here is the choice tapdisk's open makes, on the zvol it
+gets (the benchmarks measure the whole path through tapdisk): fio
 on /dev/zvol/<vol> (volblocksize 16K, lz4, QEMU TCG guest, so absolute
 numbers are low), OpenZFS 2.1.11 / 2.3.2, each job ``fio --direct=1|0
 --ioengine=libaio --iodepth=16 (4M) or 32 (4k) --runtime=12 --time_based
