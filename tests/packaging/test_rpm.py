@@ -58,7 +58,9 @@ RPM_4_11_FEATURES = {
 # (RPM)", says the same). Anything else fails the test: fix it or explain it.
 RPMLINT_EXPLAINED = {
     "invalid-license":
-        "License: TBD - zfs-ng has no license yet; the project must choose one",
+        "rpmlint's default configuration knows no licence at all "
+        "(ValidLicenses = []), so any License tag is reported; ours is "
+        "LGPL-2.1-only, its text in LICENSE",
     "no-url-tag":
         "no public project URL yet",
     "invalid-url":
@@ -266,7 +268,7 @@ def test_holds_the_python_package_for_python_3_6(files):
 def test_packages_exactly_what_make_install_installs(files, installed):
     ours = {p for p, flags in files.items()
             if "g" not in flags and not p.endswith("/__pycache__")
-            and not p.startswith("/usr/share/doc/")}
+            and not p.startswith(("/usr/share/doc/", "/usr/share/licenses/"))}
     assert ours == installed
 
 
@@ -283,11 +285,13 @@ def test_ships_no_test_hooks_marker(files, root):
 def test_owns_no_directory_of_another_package(files):
     for shared in ("/usr", "/usr/lib", "/usr/libexec", XSS, XSS + "/volume",
                    XSS + "/datapath", "/usr/lib/python3.6", SITELIB,
-                   SITELIB + "/__pycache__", "/usr/share/doc"):
+                   SITELIB + "/__pycache__", "/usr/share/doc",
+                   "/usr/share/licenses"):
         assert shared not in files, shared
     for path in files:
         assert path.startswith((XSS + "/volume/", XSS + "/datapath/",
-                                SITELIB + "/", "/usr/share/doc/")), path
+                                SITELIB + "/", "/usr/share/doc/",
+                                "/usr/share/licenses/zfs-ng-")), path
 
 
 def test_byte_code_is_ghost_owned_for_python_3_6(files):
@@ -302,8 +306,9 @@ def test_byte_code_is_ghost_owned_for_python_3_6(files):
                    for p, f in files.items())
 
 
-def test_ships_the_readme(files, version):
+def test_ships_the_readme_and_the_licence(files, version):
     assert "/usr/share/doc/zfs-ng-%s/README.md" % version in files
+    assert "/usr/share/licenses/zfs-ng-%s/LICENSE" % version in files
 
 
 # --- scriptlets -----------------------------------------------------------------------
