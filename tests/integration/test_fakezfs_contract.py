@@ -276,8 +276,10 @@ LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")
 # stderr fragments the plugin looks for outside zfs._ERROR_PATTERNS
 FRAGMENTS = ("no pools available",)
 # programs whose exact exit status the plugin reads (blkid: 2 is "nothing
-# found", 8 "ambivalent"); of zfs and zpool only zero or not matters
-EXACT_RC = ("blkid", "lsblk", "wipefs", "udevadm", "zdb")
+# found", 8 "ambivalent"); of zfs and zpool only zero or not matters, and
+# of zdb only its stdout (zfs._label reads the label's lines whatever zdb
+# exits with: a disk with no label or a half-wiped one gives 2 or 1)
+EXACT_RC = ("blkid", "lsblk", "wipefs", "udevadm")
 # blkid keys compared with their values (the others are random uuids)
 BLKID_VALUES = ("TYPE", "PTTYPE", "LABEL", "USAGE", "DEVNAME")
 GUID_RE = re.compile(r"(?<![-0-9A-Za-z])[0-9]{12,20}(?![-0-9A-Za-z])")
