@@ -9,10 +9,17 @@ renamed in order of appearance (both sides number them their own way) and
 the ``tap-ctl list`` lines compared as parsed by the datapath's own
 ``tapctl.parse_list``.
 
-Every step must agree. The one step not played is ``free`` of a minor a
-tapdisk holds: the real blktap lets it through and the minor then stays
-listed for good, which would spoil every later test in this guest; the
-fake refuses it, and the datapath never does it (faketapctl's docstring).
+Every step must agree. Two things the datapath never does are not
+played, because on the real blktap they spoil the guest for every later
+test (faketapctl's docstring has both):
+- ``free`` of a minor a tapdisk holds: answered 0, and the minor then
+  stays listed for good (the fake refuses it with EBUSY);
+- ``free`` of a minor number never allocated: the blktap2 driver of this
+  guest checks it against its compile-time maximum, not against the
+  minors it has, and reads past its table: ENODEV when that memory is
+  zero, a kernel oops (NULL pointer in blktap_control_ioctl, tap-ctl
+  killed) when it is not; both were seen (the fake answers ENODEV).
+The datapath frees only minors ``tap-ctl list`` shows as orphans.
 """
 
 import errno
@@ -204,11 +211,6 @@ def held_minor(image):
     ]
 
 
-def free_unknown():
-    return [("free-never-allocated", "ok", "free -m 77"),
-            ("list", "list", "list")]
-
-
 @pytest.fixture
 def image(disks):
     """A zvol to open, as the datapath opens one."""
@@ -236,11 +238,8 @@ def compare(steps):
             if got != want]
 
 
-@pytest.mark.parametrize("sequence", ["lifecycle", "held_minor",
-                                      "free_unknown"])
+@pytest.mark.parametrize("sequence", [lifecycle, held_minor])
 def test_the_fake_answers_as_the_real_blktap(image, sequence):
-    steps = {"lifecycle": lambda: lifecycle(image),
-             "held_minor": lambda: held_minor(image),
-             "free_unknown": free_unknown}[sequence]()
+    steps = sequence(image)
     mismatches = compare(steps)
     assert not mismatches, "\n".join(mismatches)

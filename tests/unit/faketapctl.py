@@ -26,8 +26,11 @@ which plays the same command sequences on both in the test guest:
   The real one is looser: freeing a minor a tapdisk holds answers 0 and
   leaves the minor listed for good, even after that tapdisk lets it go
   (seen on blktap 3.55.5 with the 6.1 driver; further frees answer 0 and
-  change nothing). The datapath frees only orphan minors, so the fake
-  refuses it loudly instead.
+  change nothing). Freeing a minor number never allocated can oops the
+  test guest's blktap2 driver (it reads past its table of minors); the
+  fake answers ENODEV, as the driver does when that memory happens to be
+  zero. The datapath frees only orphan minors, so neither is played
+  against the real one.
 - ``list [-p] [-m] [-t] [-f]`` prints the key=value lines of
   tap_cli_list_dict: VBDs ("pid=%d minor=%d state=%#x args=%s:%s", no args
   before open; state 0, or 0x2 once closed), idle tapdisks ("pid=%d"),
