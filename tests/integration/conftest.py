@@ -26,6 +26,7 @@ ROOT = os.environ.get("ZFSNG_ROOT", "/tmp/zfsng-root")
 def sh(*argv, **kwargs):
     """Run a command for the test itself (not the plugin); return stdout."""
     check = kwargs.pop("check", True)
+    kwargs.setdefault("timeout", 600)   # a bound for every command
     proc = subprocess.run(list(argv), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, **kwargs)
     if check and proc.returncode != 0:

@@ -221,12 +221,13 @@ def image(disks):
     for line in sh("tap-ctl", "list", check=False).splitlines():
         for field in line.split():
             if field.startswith("pid="):
-                subprocess.run(["kill", "-9", field[4:]])
+                subprocess.run(["kill", "-9", field[4:]], timeout=60)
     time.sleep(0.5)
     for line in sh("tap-ctl", "list", check=False).splitlines():
         for field in line.split():
             if field.startswith("minor="):
-                subprocess.run(["tap-ctl", "free", "-m", field[6:]])
+                subprocess.run(["tap-ctl", "free", "-m", field[6:]],
+                               timeout=60)
 
 
 def compare(steps):

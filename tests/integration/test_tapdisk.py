@@ -43,8 +43,8 @@ def tap_list():
 
 
 def tapdisk_pids():
-    found = subprocess.run(["pgrep", "-x", "tapdisk"],
-                           stdout=subprocess.PIPE).stdout.decode().split()
+    found = subprocess.run(["pgrep", "-x", "tapdisk"], stdout=subprocess.PIPE,
+                           timeout=60).stdout.decode().split()
     return sorted(int(p) for p in found)
 
 
@@ -66,7 +66,8 @@ def no_tapdisk_survives(disks):
     time.sleep(0.5)
     for row in tap_list():
         if "minor" in row:
-            subprocess.run(["tap-ctl", "free", "-m", str(row["minor"])])
+            subprocess.run(["tap-ctl", "free", "-m", str(row["minor"])],
+                           timeout=60)
 
 
 class Xapi(object):
