@@ -2,16 +2,18 @@
 
 The guest has real OpenZFS and spare virtio disks /dev/disk/by-id/
 virtio-zfsng-d1..dN (tests/guest/run.sh). Every test starts and ends with
-those disks blank: pools on them are destroyed and labels wiped by the
-``disks`` fixture, whatever the test did.
+those disks blank: tapdisks ended, pools on them destroyed and labels
+wiped by the ``disks`` fixture, whatever the test did.
 """
 
 import glob
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -62,7 +64,25 @@ def pools_on(disks):
     return found
 
 
+def end_blktap():
+    """Kill every tapdisk and free every minor: a test that failed midway
+    may leave a tapdisk holding a zvol open, and then no pool under it
+    could be destroyed."""
+    if not shutil.which("tap-ctl"):
+        return
+    fields = sh("tap-ctl", "list", check=False).split()
+    pids = [f[4:] for f in fields if f.startswith("pid=")]
+    for pid in sorted(set(pids)):
+        sh("kill", "-9", pid, check=False)
+    if pids:
+        time.sleep(0.5)     # the driver sees the ring's owner go
+        fields = sh("tap-ctl", "list", check=False).split()
+    for minor in sorted(set(f[6:] for f in fields if f.startswith("minor="))):
+        sh("tap-ctl", "free", "-m", minor, check=False)
+
+
 def wipe(disks):
+    end_blktap()
     for pool in pools_on(disks):
         sh("zpool", "destroy", "-f", pool, check=False)
     for disk in disks:

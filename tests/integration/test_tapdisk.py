@@ -56,20 +56,6 @@ def nothing_left(sr_name):
     assert not [n for n in zfs_names(sr_name) if n.endswith(".ro")]
 
 
-@pytest.fixture(autouse=True)
-def no_tapdisk_survives(disks):
-    """Whatever a test leaves (a failed one may leave a tapdisk holding a
-    zvol open), end it before the pools are destroyed."""
-    yield
-    for pid in tapdisk_pids():
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
-    for row in tap_list():
-        if "minor" in row:
-            subprocess.run(["tap-ctl", "free", "-m", str(row["minor"])],
-                           timeout=60)
-
-
 class Xapi(object):
     """xapi-storage-script's datapath calls for one VDI (main.ml): each one
     a Volume.stat of the VDI first, whose URI it then sends; each made
