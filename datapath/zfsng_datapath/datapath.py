@@ -14,7 +14,9 @@ Only zfs-ng VDIs are touched (scope.py). Every call is idempotent and
 repairs what it finds: it reads this host's state file for (URI, domain),
 then checks it against reality (``tap-ctl list``, ZFS, /dev/zvol) and does
 only the steps still missing. A tapdisk that died is replaced by a new one
-on the same minor (the guest's device path does not change); after a host
+on the same minor (the guest's device path does not change), once the
+kernel has released the block device it left (tapctl.wait_released:
+TapdevHeld while the VM's backend holds it); after a host
 reboot the state is empty and xapi attaches afresh. A call that fails undoes what it made (no tapdisk, minor
 or clone is left behind by a refused attach).
 
@@ -206,6 +208,8 @@ def _ensure_tapdisk(st, view):
         log.info("tapdisk %s is gone: spawning another", pid)
         st["pid"] = None
     st["attached"] = False
+    if st.get("minor") is not None:
+        tapctl.wait_released(st["tapdev"])
     if st.get("pid") is None:
         st["pid"] = tapctl.spawn()
         state.save(st)

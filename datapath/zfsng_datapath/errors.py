@@ -20,6 +20,12 @@ class TapdiskError(StorageError):
         self.rc = rc
 
 
+class TapdevHeld(StorageError):
+    """The block device of a tapdisk that died is still held open (by the
+    VM's backend): no new tapdisk can take its minor until it is
+    released."""
+
+
 class DeviceNotReady(StorageError):
     """The zvol's /dev/zvol node did not appear, or did not prove to be the
     zvol, within the wait bound."""

@@ -77,12 +77,15 @@ durability tapdisk must not fake. Hence O_DIRECT.
 """
 
 import errno
+import os
 import re
+import stat
 import time
 
 from zfsng import log, runner
 
-from zfsng_datapath.errors import TapdiskError, TapdiskUnavailable
+from zfsng_datapath.errors import TapdevHeld, TapdiskError, \
+    TapdiskUnavailable
 
 TAP_CTL = "tap-ctl"
 CLOSE_TIMEOUT = 120   # seconds: tap-ctl close -t, as SMAPIv1 uses
@@ -98,6 +101,17 @@ _TRANSIENT = {"list": (errno.EPROTO, errno.ENOENT), "spawn": (1,)}
 # allocate's output: /dev/xen/blktap-2/tapdev<N> (blktap 3.x, XCP-ng 8.x);
 # newer blktaps name it blktap<N> or .../tapdisk-<N>: the minor is the number.
 _DEVICE_RE = re.compile(r"^(/\S*?(?:tapdev|blktap|tapdisk-))([0-9]+)$")
+
+
+# A minor whose tapdisk died keeps its block device while anything holds
+# it open (blkback, for a running VM); once released, blktap retries the
+# destroy every 5 s (the 6.1 port; XenServer's driver every 0.1 s). A new
+# tapdisk must not take the minor before: its device creation fails
+# (EEXIST, which tap-ctl open does not report) and the retry then destroys
+# the device under it, leaving an "open" VBD with no disk.
+RELEASE_TIMEOUT = 12.0   # seconds: two retries of the driver, and some
+RELEASE_POLL = 0.2
+SYS_DEV_BLOCK = "/sys/dev/block"
 
 
 def _run(argv):
@@ -163,6 +177,39 @@ def close(pid, minor):
 
 def detach(pid, minor):
     _run(["detach", "-p", str(pid), "-m", str(minor)])
+
+
+def device_present(tapdev):
+    """True while the kernel has a block device at the tapdev node's
+    device number (``/sys/dev/block/<major>:<minor>``)."""
+    try:
+        info = os.stat(tapdev)
+    except OSError:
+        return False
+    if not stat.S_ISBLK(info.st_mode):
+        return False
+    return os.path.exists(os.path.join(SYS_DEV_BLOCK, "%d:%d" % (
+        os.major(info.st_rdev), os.minor(info.st_rdev))))
+
+
+def wait_released(tapdev, timeout=RELEASE_TIMEOUT):
+    """Wait (bounded) until the block device a dead tapdisk left at tapdev
+    is gone, so that a new tapdisk can make it again. TapdevHeld if it
+    stays: something still has it open."""
+    deadline = time.time() + timeout
+    waited = False
+    while device_present(tapdev):
+        if time.time() >= deadline:
+            raise TapdevHeld(
+                "%s is still open though its tapdisk is gone: the VM's "
+                "backend (or another process) holds it, and a new tapdisk "
+                "cannot take it over. Unplug the VBD (or shut the VM down) "
+                "and retry" % tapdev)
+        if not waited:
+            log.info("waiting up to %ds for the kernel to release %s",
+                     int(timeout), tapdev)
+            waited = True
+        time.sleep(RELEASE_POLL)
 
 
 def free(minor):

@@ -13,8 +13,9 @@
 # The sources (tests/guest/blktap/sources: file, sha256, upstream URL) come
 # from ZFSNG_THIRD_PARTY (default: ../shared/third_party beside the
 # project), else are fetched from their upstream into the cache; either way
-# their sha256 is checked before use. The one patch applied is the
-# project's own (tests/guest/blktap/device-names.patch, explained there).
+# their sha256 is checked before use. The patches applied to the driver,
+# in name order, are the project's own (tests/guest/blktap/*.patch, each
+# explained in its header): destroy-retry.patch, device-names.patch.
 set -euo pipefail
 
 base=${1:?usage: blktap-image.sh <image dir>}
@@ -29,7 +30,7 @@ die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (loop mount, chroot)"
 
-hash=$(cat "${BASH_SOURCE[0]}" "$recipe/sources" "$recipe/device-names.patch" |
+hash=$(cat "${BASH_SOURCE[0]}" "$recipe/sources" "$recipe"/*.patch |
     sha256sum | cut -c1-12)
 cache_root=$(dirname "$base")
 final="$base-blktap-$hash"
@@ -133,7 +134,8 @@ in_root apt-get install -y -q build-essential autoconf automake libtool pkg-conf
 mkdir -p "$root/usr/src/blktap" "$root/usr/src/blktap-module"
 tar -C "$root/usr/src/blktap" --strip-components=1 -xzf "${archives[0]}"
 tar -C "$root/usr/src/blktap-module" --strip-components=1 -xzf "${archives[1]}"
-cp "$recipe/device-names.patch" "$root/usr/src/"
+mkdir -p "$root/usr/src/blktap-patches"
+cp "$recipe"/*.patch "$root/usr/src/blktap-patches/"
 
 # From the tag archive: version.m4 reads a VERSION file the archive lacks;
 # the tree's -Werror trips on gcc 12 warnings (stringop-truncation).
@@ -152,7 +154,7 @@ in_root sh -euc '
 log "building the blktap2 driver for $kver"
 in_root sh -euc '
     cd /usr/src/blktap-module
-    patch -p1 </usr/src/device-names.patch
+    for p in /usr/src/blktap-patches/*.patch; do patch -p1 <"$p"; done
     dir=/usr/src/blktap-module/drivers/block/blktap
     make -C "/lib/modules/$1/build" M="$dir" CONFIG_BLK_DEV_TAP=m \
         ccflags-y=-I/usr/src/blktap-module/include modules
@@ -166,7 +168,7 @@ for f in /usr/sbin/tap-ctl /usr/libexec/tapdisk /usr/bin/vhd-util \
 done
 
 rm -rf "$root/usr/src/blktap" "$root/usr/src/blktap-module" \
-    "$root/usr/src/device-names.patch" "$root/usr/sbin/policy-rc.d"
+    "$root/usr/src/blktap-patches" "$root/usr/sbin/policy-rc.d"
 in_root apt-get clean
 rm -rf "$root"/var/lib/apt/lists/*
 unmount_all

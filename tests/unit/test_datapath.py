@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import stat as statmod
 import sys
 
 import pytest
@@ -29,7 +30,8 @@ from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import uri as urimod  # noqa: E402
 from zfsng_datapath.errors import (DeviceNotReady,  # noqa: E402
                                    NonpersistentResetBlocked, NotAttached,
-                                   NotAVdi, TapdiskError, TapdiskUnavailable)
+                                   NotAVdi, TapdevHeld, TapdiskError,
+                                   TapdiskUnavailable)
 
 import fakezfs  # noqa: E402
 import faketapctl  # noqa: E402
@@ -553,6 +555,99 @@ def test_tapdisk_died_after_activate(host, vdi):
         (new, 0, "aio:" + host.link(dataset_of(vol)), False)]
     full_cycle(uri_of(vol), GUEST)
     nothing_left(host)
+
+
+class HeldDevices(object):
+    """The kernel's side of blktap's dead-tapdisk devices: a tapdev listed
+    in ``held`` still has its block device; ``release_after`` looks later
+    it is gone (the driver's destroy retry ran)."""
+
+    def __init__(self):
+        self.held, self.looks, self.release_after = set(), 0, None
+
+    def __call__(self, tapdev):
+        self.looks += 1
+        if self.release_after is not None and \
+                self.looks > self.release_after:
+            self.held.clear()
+        return tapdev in self.held
+
+
+@pytest.fixture
+def devices(monkeypatch):
+    held = HeldDevices()
+    monkeypatch.setattr(tapctl, "device_present", held)
+    monkeypatch.setattr(tapctl, "RELEASE_TIMEOUT", 0.3)
+    monkeypatch.setattr(tapctl, "RELEASE_POLL", 0.01)
+    return held
+
+
+def test_a_dead_tapdisks_device_still_held_is_not_taken_over(host, vdi,
+                                                             devices):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    (pid,) = host.tap.tapdisks
+    host.tap.kill_tapdisk(pid)
+    devices.held.add("/dev/xen/blktap-2/tapdev0")    # blkback holds it
+    for _ in range(2):
+        with pytest.raises(TapdevHeld) as err:
+            dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+        assert "tapdev0" in str(err.value) and "Unplug" in str(err.value)
+        assert host.tap.tapdisks == {}     # no tapdisk spawned on it
+        assert host.tap.minors == {0}
+    devices.held.clear()                   # the VBD was unplugged
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    (new,) = host.tap.tapdisks
+    assert host.tap.vbds() == [
+        (new, 0, "aio:" + host.link(dataset_of(vol)), False)]
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_a_dead_tapdisks_device_released_meanwhile_is_waited_for(
+        host, vdi, devices):
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    host.tap.kill_tapdisk(list(host.tap.tapdisks)[0])
+    devices.held.add("/dev/xen/blktap-2/tapdev0")
+    devices.release_after = 3              # gone on the fourth look
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+    assert devices.looks == 4
+    assert len(host.tap.vbds()) == 1 and host.tap.vbds()[0][1] == 0
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    nothing_left(host)
+
+
+def test_a_fresh_minor_is_never_waited_for(host, vdi, devices):
+    sr, vol = vdi
+    devices.held.add("/dev/xen/blktap-2/tapdev0")
+    full_cycle(uri_of(vol), GUEST)         # allocated now: nothing to wait
+    assert devices.looks == 0
+    nothing_left(host)
+
+
+def test_device_present_reads_the_kernels_block_devices(tmp_path,
+                                                        monkeypatch):
+    monkeypatch.setattr(tapctl, "SYS_DEV_BLOCK", str(tmp_path))
+    assert not tapctl.device_present(str(tmp_path / "missing"))
+    plain = tmp_path / "file"
+    plain.write_text("")
+    assert not tapctl.device_present(str(plain))   # not a block device
+    null = os.stat("/dev/null")                    # a character device
+    (tmp_path / ("%d:%d" % (os.major(null.st_rdev),
+                            os.minor(null.st_rdev)))).mkdir()
+    assert not tapctl.device_present("/dev/null")
+    node = str(tmp_path / "tapdev7")
+    try:
+        os.mknod(node, statmod.S_IFBLK | 0o600, os.makedev(253, 7))
+    except PermissionError:
+        pytest.skip("making a block device node needs root")
+    assert not tapctl.device_present(node)         # no such disk
+    (tmp_path / "253:7").mkdir()                   # the kernel has it
+    assert tapctl.device_present(node)
 
 
 def test_tapdisk_died_between_attach_and_activate(host, vdi):
