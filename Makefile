@@ -45,13 +45,20 @@ version:
 
 # --- install --------------------------------------------------------------
 # The method executables are symlinks to one entry script per plugin, as
-# XCP-ng's own SMAPIv3 plugins are laid out.
+# XCP-ng's own SMAPIv3 plugins are laid out: one per method the plugin
+# serves, named by the one declaration of the methods (SERVED in
+# volume/zfsng/wire.py, keyed by the plugin's Python package), read here
+# with the build host's python3.
+METHODS_OF = PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(CURDIR)/volume" $(PYTHON) -c \
+	'import sys; from zfsng import wire; print(" ".join(wire.SERVED[sys.argv[1]]))'
+
 install:
 	install -d $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)
 	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(VOLUME_DIR)/volume.py >$(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
 	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
-	cd plugins/$(VOLUME_DIR) && for f in Plugin.* SR.* Volume.*; do \
-	    ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
+	methods=$$($(METHODS_OF) zfsng) && [ -n "$$methods" ] && \
+	    for f in $$methods; do \
+	        ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
 	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
 	if [ "$(TEST_HOOKS)" = 1 ]; then \
@@ -60,8 +67,9 @@ install:
 	install -d $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)
 	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(DATAPATH_DIR)/datapath.py >$(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
 	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
-	cd plugins/$(DATAPATH_DIR) && for f in Plugin.* Datapath.*; do \
-	    ln -sfn datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/$$f; done
+	methods=$$($(METHODS_OF) zfsng_datapath) && [ -n "$$methods" ] && \
+	    for f in $$methods; do \
+	        ln -sfn datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/$$f; done
 	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath
 	install -m 0644 datapath/zfsng_datapath/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath/
 

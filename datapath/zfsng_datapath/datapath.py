@@ -49,7 +49,7 @@ snapshot to another zvol (reset.py), which changes its URI, not its clone.
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import errors, lock, log, meta, volume, zfs
+from zfsng import errors, lock, log, meta, volume, wire, zfs
 
 from zfsng_datapath import device, reset, scope, state, tapctl, \
     uri as urimod
@@ -278,6 +278,7 @@ def _device_dataset(target, st):
         return made
 
 
+@wire.method("Datapath.attach")
 def attach(dbg, uri, domain):
     target = _target(uri, domain)
     guest = not urimod.is_dom0(domain)
@@ -349,14 +350,17 @@ def _activated(st, readonly):
     return None
 
 
+@wire.method("Datapath.activate")
 def activate(dbg, uri, domain):
     return _activate(uri, domain, False)
 
 
+@wire.method("Datapath.activate_readonly")
 def activate_readonly(dbg, uri, domain):
     return _activate(uri, domain, True)
 
 
+@wire.method("Datapath.deactivate")
 def deactivate(dbg, uri, domain):
     target = _target(uri, domain)
     with _call_lock(target):
@@ -377,6 +381,7 @@ def deactivate(dbg, uri, domain):
         return None
 
 
+@wire.method("Datapath.detach")
 def detach(dbg, uri, domain):
     """Never fails once the arguments are understood: every step is tried,
     what could not be undone is logged and left in the state file for the
@@ -410,6 +415,7 @@ def detach(dbg, uri, domain):
 
 # --- NONPERSISTENT (reset.py) ----------------------------------------------
 
+@wire.method("Datapath.open")
 def open_(dbg, uri, persistent):
     target = _target(uri)
     if target.snapshot is not None:
@@ -420,6 +426,7 @@ def open_(dbg, uri, persistent):
         return None
 
 
+@wire.method("Datapath.close")
 def close(dbg, uri):
     target = _target(uri)
     if target.snapshot is not None:
@@ -428,11 +435,3 @@ def close(dbg, uri):
         reset.close(target, reset.prepare(target))
         _sweep(target.sr)
         return None
-
-
-HANDLERS = {
-    "Datapath.open": open_, "Datapath.close": close,
-    "Datapath.attach": attach, "Datapath.activate": activate,
-    "Datapath.activate_readonly": activate_readonly,
-    "Datapath.deactivate": deactivate, "Datapath.detach": detach,
-}

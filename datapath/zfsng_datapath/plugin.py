@@ -1,6 +1,6 @@
 """Plugin.Query of the datapath plugin."""
 
-from zfsng import VERSION
+from zfsng import VERSION, wire
 
 # NONPERSISTENT: xapi then delegates reset-on-boot to Datapath.open/close
 # (xapi-storage-script main.ml, epoch_begin/epoch_end) instead of cloning
@@ -8,6 +8,7 @@ from zfsng import VERSION
 FEATURES = ["NONPERSISTENT"]
 
 
+@wire.method("Plugin.Query")
 def query(dbg):
     return {
         "plugin": "zfs-ng",
@@ -23,6 +24,3 @@ def query(dbg):
         "configuration": {},
         "required_cluster_stack": [],
     }
-
-
-HANDLERS = {"Plugin.Query": query}

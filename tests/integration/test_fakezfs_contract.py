@@ -68,8 +68,9 @@ for _dir in ("tests/unit", "volume", "datapath"):
         sys.path.insert(0, _path)
 
 import fakezfs  # noqa: E402
-from zfsng import alert, cleanup, errors, lock, names, plugin as \
-    plugmod, runner, sr as srmod, volume as volmod, wire, zfs  # noqa: E402
+from zfsng import alert, cleanup, errors, lock, names, runner, wire, \
+    zfs  # noqa: E402
+from zfsng import main as volmain  # noqa: E402
 from zfsng_datapath import device, state  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 
@@ -99,9 +100,7 @@ class Recorder(object):
 
 
 def _handlers():
-    table = {}
-    for module in (plugmod, srmod, volmod):
-        table.update(module.HANDLERS)
+    table = volmain.handlers()
     table.update(dpmain.handlers())
     return table
 

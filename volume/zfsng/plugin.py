@@ -1,6 +1,7 @@
 """Plugin.*: what zfs-ng is, what it can do, and a report for support."""
 
-from zfsng import VERSION, devconfig, errors, hostid, meta, sr as srmod, zfs
+from zfsng import VERSION, devconfig, errors, hostid, meta, sr as srmod, \
+    wire, zfs
 
 # Declared honestly: only what works end to end. xapi-storage-script adds
 # the SR_*/VDI_* features of every method executable on its own.
@@ -9,6 +10,7 @@ FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             "THIN_PROVISIONING", "LARGE_VDI"]
 
 
+@wire.method("Plugin.Query")
 def query(dbg):
     return {
         "plugin": "zfs-ng",
@@ -80,6 +82,7 @@ def _hostid_line():
         % hostid.text(value)
 
 
+@wire.method("Plugin.diagnostics")
 def diagnostics(dbg):
     """A readable report: the pools' problems first, then the ZFS version,
     each SR's pool status and settings."""
@@ -101,10 +104,7 @@ def diagnostics(dbg):
     return "\n".join(out)
 
 
+@wire.method("Plugin.ls")
 def ls(dbg):
     """The attached zfs-ng SRs on this host, by their sr string."""
     return [dataset for dataset, _ in srmod.find_srs()]
-
-
-HANDLERS = {"Plugin.Query": query, "Plugin.diagnostics": diagnostics,
-            "Plugin.ls": ls}

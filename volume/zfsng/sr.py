@@ -21,7 +21,7 @@ import json
 import os
 
 from zfsng import alert, cleanup, devconfig, devices, errors, hostid, log, \
-    lock, meta, names, runner, zfs
+    lock, meta, names, runner, wire, zfs
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -300,6 +300,7 @@ def _stored_config(configuration, dataset):
     return stored
 
 
+@wire.method("SR.create")
 def create(dbg, uuid, configuration, name, description):
     names.check_uuid(uuid, "SR uuid", errors.InvalidArgument)
     cfg = devconfig.parse(configuration)
@@ -482,6 +483,7 @@ def _destroy_left(cfg):
     return plan["pool"] + DESTROYING + cfg.pool_guid if plan else None
 
 
+@wire.method("SR.attach")
 def attach(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     with lock.global_lock():
@@ -516,6 +518,7 @@ def _claimed(sr):
                     exc.message)
 
 
+@wire.method("SR.detach")
 def detach(dbg, sr):
     # the SR lock too: no Volume call may run on a pool being exported
     with lock.global_lock(), lock.sr_lock(sr):
@@ -595,6 +598,7 @@ def _refuse_other_data(sr):
             "(zfs rename, zfs destroy), then destroy the SR" % (sr, shown))
 
 
+@wire.method("SR.destroy")
 def destroy(dbg, sr):
     """Refused while the SR holds a VDI (SrNotEmpty) or anything zfs-ng did
     not make (SrHoldsOtherData); then the pool zfs-ng created is destroyed
@@ -621,6 +625,7 @@ def destroy(dbg, sr):
 
 # --- the rest ---------------------------------------------------------------------------
 
+@wire.method("SR.stat")
 def stat(dbg, sr):
     """The SR's record; a pool problem is also logged and, when it changed,
     sent as a XenAPI message in the background (``alert``)."""
@@ -653,12 +658,14 @@ def _stat_of_a_dead_pool(sr):
     return record
 
 
+@wire.method("SR.set_name")
 def set_name(dbg, sr, new_name):
     with lock.sr_lock(sr):
         sr_row(sr)
         zfs.set_props(sr, {meta.SR_NAME: meta.encode_text(new_name)})
 
 
+@wire.method("SR.set_description")
 def set_description(dbg, sr, new_description):
     with lock.sr_lock(sr):
         sr_row(sr)
@@ -666,6 +673,7 @@ def set_description(dbg, sr, new_description):
                            meta.encode_text(new_description)})
 
 
+@wire.method("SR.ls")
 def ls(dbg, sr):
     from zfsng import volume
     return volume.list_volumes(sr)
@@ -751,6 +759,7 @@ def _probe_exported(configuration, cfg, dirs):
     return results
 
 
+@wire.method("SR.probe")
 def probe(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     results = []
@@ -763,11 +772,3 @@ def probe(dbg, configuration):
                 results += _probe_pool(configuration, pool["name"])
         results += _probe_exported(configuration, cfg, dirs)
     return results
-
-
-HANDLERS = {
-    "SR.probe": probe, "SR.create": create, "SR.attach": attach,
-    "SR.detach": detach, "SR.destroy": destroy, "SR.stat": stat,
-    "SR.set_name": set_name, "SR.set_description": set_description,
-    "SR.ls": ls,
-}

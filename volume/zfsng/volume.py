@@ -359,6 +359,7 @@ def _vdi_props(key, name, description, sharable, keys=None):
     }
 
 
+@wire.method("Volume.create")
 def create(dbg, sr, name, description, size, sharable):
     if size <= 0:
         raise errors.InvalidArgument("size must be positive, got %d" % size)
@@ -377,11 +378,13 @@ def create(dbg, sr, name, description, size, sharable):
         return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
+@wire.method("Volume.stat")
 def stat(dbg, sr, key):
     srmod.sr_row(sr)
     return _to_volume(find(sr, key))
 
 
+@wire.method("Volume.snapshot")
 def snapshot(dbg, sr, key):
     with lock.sr_lock(sr):
         srmod.sr_row(sr)
@@ -400,6 +403,7 @@ def snapshot(dbg, sr, key):
         return _to_volume(zfs.get_one(name, meta.VOLUME_COLUMNS))
 
 
+@wire.method("Volume.clone")
 def clone(dbg, sr, key):
     with lock.sr_lock(sr):
         row = srmod.sr_row(sr)
@@ -439,6 +443,7 @@ def _discard(snapshot):
         log.warning("could not remove %s: %s", snapshot, exc.message)
 
 
+@wire.method("Volume.destroy")
 def destroy(dbg, sr, key):
     with lock.sr_lock(sr):
         srmod.sr_row(sr)
@@ -481,6 +486,7 @@ def _hide_set_aside(rows, key, name):
     return bool(found)
 
 
+@wire.method("Volume.resize")
 def resize(dbg, sr, key, new_size):
     with lock.sr_lock(sr):
         srmod.sr_row(sr)
@@ -529,10 +535,12 @@ def _update(sr, key, change):
         zfs.set_props(row["name"], change(row))
 
 
+@wire.method("Volume.set_name")
 def set_name(dbg, sr, key, new_name):
     _update(sr, key, lambda row: {meta.VDI_NAME: meta.encode_text(new_name)})
 
 
+@wire.method("Volume.set_description")
 def set_description(dbg, sr, key, new_description):
     _update(sr, key, lambda row: {
         meta.VDI_DESCRIPTION: meta.encode_text(new_description)})
@@ -547,18 +555,11 @@ def _with_key(row, k, v):
     return {meta.VDI_KEYS: meta.encode_keys(keys)}
 
 
+@wire.method("Volume.set")
 def set_key(dbg, sr, key, k, v):
     _update(sr, key, lambda row: _with_key(row, k, v))
 
 
+@wire.method("Volume.unset")
 def unset_key(dbg, sr, key, k):
     _update(sr, key, lambda row: _with_key(row, k, None))
-
-
-HANDLERS = {
-    "Volume.create": create, "Volume.stat": stat, "Volume.destroy": destroy,
-    "Volume.snapshot": snapshot, "Volume.clone": clone,
-    "Volume.resize": resize, "Volume.set_name": set_name,
-    "Volume.set_description": set_description, "Volume.set": set_key,
-    "Volume.unset": unset_key,
-}

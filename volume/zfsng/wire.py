@@ -6,7 +6,8 @@ result on stdout (``null`` for unit); failure is a non-zero exit with
 ``{"code", "params", "backtrace"}`` on stdout. The generated Python bindings
 are not on PyPI and change between releases, so zfs-ng carries this one
 small module instead: the types of every v5 method it can be asked for, a
-checker for them, and the dispatcher.
+checker for them, the registry that ties each method to its function and
+the dispatcher.
 
 Arguments are checked before a handler runs, and results before they are
 printed: a bug then fails the call cleanly instead of handing xapi a value
@@ -224,6 +225,62 @@ DATAPATH_INTERFACES = ("Plugin", "Datapath")
 
 def methods_of(interfaces):
     return sorted(m for m in METHODS if m.split(".")[0] in interfaces)
+
+
+# --- what each plugin serves ----------------------------------------------------
+#
+# METHODS is the one list of SMAPIv3 methods: the types above, the dispatch
+# (functions registered with @method) and the installed executables
+# (`make install` makes one symlink per name in SERVED) all follow from it.
+
+# The Python package that implements each plugin -> the methods it serves,
+# one executable each. Of the Plugin interface the datapath plugin serves
+# Plugin.Query only: it is all xapi-storage-script asks a datapath plugin.
+SERVED = {
+    "zfsng": methods_of(VOLUME_INTERFACES),
+    "zfsng_datapath": ["Plugin.Query"] + methods_of(("Datapath",)),
+}
+
+# Served (installed) but deliberately without an implementation: they answer
+# the typed Unimplemented error (README: CBT, compare, compose, revert).
+# Listed so that a unit test can tell these from a forgotten handler.
+UNIMPLEMENTED = frozenset([
+    "Volume.compare", "Volume.compose", "Volume.revert",
+    "Volume.enable_cbt", "Volume.disable_cbt", "Volume.data_destroy",
+    "Volume.list_changed_blocks",
+])
+
+# (package, method) -> the function that implements it; filled at import.
+_IMPLEMENTATIONS = {}
+
+
+def method(name):
+    """Decorator: the function implements SMAPIv3 method ``name`` for the
+    plugin of its package (zfsng or zfsng_datapath: both serve Plugin.Query,
+    each its own). Next to the function, so that the name and its code
+    cannot drift apart; a name not in METHODS, or a second function for the
+    same method, fails at import time (a typo never ships silently)."""
+    if name not in METHODS:
+        raise ValueError("@wire.method(%r): not a declared method" % name)
+
+    def register(function):
+        key = (function.__module__.split(".")[0], name)
+        other = _IMPLEMENTATIONS.get(key)
+        if other is not None:
+            raise ValueError("%s: registered twice in %s (%s.%s and %s.%s)" % (
+                name, key[0], other.__module__, other.__name__,
+                function.__module__, function.__name__))
+        _IMPLEMENTATIONS[key] = function
+        return function
+    return register
+
+
+def handlers(package):
+    """The dispatch table (method -> function) of the plugin implemented by
+    ``package``: what its modules, once imported, registered with @method."""
+    return {name: function
+            for (owner, name), function in _IMPLEMENTATIONS.items()
+            if owner == package}
 
 
 def resolve_method(name, interfaces):
