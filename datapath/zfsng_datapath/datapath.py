@@ -49,16 +49,13 @@ snapshot to another zvol (reset.py), which changes its URI, not its clone.
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import errors, lock, log, meta, volume, wire, zfs
+from zfsng import collect, errors, lock, log, meta, wire, zfs, zvoldev
 
-from zfsng_datapath import device, reset, scope, state, tapctl, \
+from zfsng_datapath import reset, scope, state, tapctl, \
     uri as urimod
 from zfsng_datapath.errors import NotAttached, TapdiskError, \
     TapdiskUnavailable
 
-NONPERSISTENT_SNAPSHOT = meta.NONPERSISTENT_SNAPSHOT
-CLONE_SUFFIX = ".ro"
-CLONE_PROP = meta.prop("datapath-clone")
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
@@ -94,20 +91,14 @@ def _load(target, domain):
 # --- snapshot VDIs: the temporary read-only clone ---------------------------
 
 def clone_name(target):
-    return "%s/%s%s" % (target.sr, target.snapshot, CLONE_SUFFIX)
+    return meta.clone_name(target.sr, target.snapshot)
 
 
 def _is_our_clone(row, target):
-    """zfs-ng's clone of the URI's snapshot, wherever a reset moved that
-    snapshot within the SR (snapshot uuids are unique)."""
-    if row is None or row.get(CLONE_PROP) is None or \
-            row.get("type") != "volume":
-        return False
-    head, _, snap = (row.get("origin") or "").partition("@")
-    return snap == target.snapshot and head.rsplit("/", 1)[0] == target.sr
+    return meta.is_clone_of(row, target.sr, target.snapshot)
 
 
-_CLONE_COLUMNS = ["name", "type", "origin", CLONE_PROP]
+_CLONE_COLUMNS = ["name", "type", "origin", meta.DATAPATH_CLONE]
 
 
 def _ensure_clone(target):
@@ -121,12 +112,14 @@ def _ensure_clone(target):
             raise errors.DatasetExists(
                 "%s exists and is not zfs-ng's clone of %s: rename or "
                 "remove it" % (name, target.dataset))
-        if row[CLONE_PROP] != boot:
-            zfs.set_props(name, {CLONE_PROP: boot})  # this boot's now
+        if row[meta.DATAPATH_CLONE] != boot:
+            # this boot's now
+            zfs.set_props(name, {meta.DATAPATH_CLONE: boot})
         return name, False
     log.info("cloning %s to %s (read-only) for the datapath",
              target.dataset, name)
-    zfs.clone(target.dataset, name, {"readonly": "on", CLONE_PROP: boot})
+    zfs.clone(target.dataset, name,
+              {"readonly": "on", meta.DATAPATH_CLONE: boot})
     return name, True
 
 
@@ -161,33 +154,12 @@ def _drop_clone(target, name, but=None):
 
 
 def _sweep(sr, keep=None, freed=False):
-    """Destroy the datapath clones of sr that no state file of this host
-    uses, whatever boot made them: a detach that failed to destroy its
-    clone, a host crash that skipped detach. A clone being made is always
-    named by a state file first (attach saves it before cloning), and the
-    pool is imported on this host only. When a clone went (freed, or
-    here), the collector frees what it kept alive: a hidden parent.
-    Caller holds the SR lock; never raises."""
-    try:
-        found = zfs.find_local(CLONE_PROP, sr, types="volume")
-    except errors.StorageError as exc:
-        log.warning("cannot list datapath clones of %s: %s", sr, exc.message)
-        return
-    used = set(s.get("clone") for s in state.all_states())
-    for name, _ in found:
-        if name == keep or name in used or name.rsplit("/", 1)[0] != sr:
-            continue
-        log.info("destroying %s, a datapath clone no attach uses", name)
-        try:
-            zfs.destroy(name)
-            freed = True
-        except errors.StorageError as exc:
-            log.warning("could not destroy %s: %s", name, exc.message)
-    if freed:
-        try:
-            volume.collect(sr)
-        except errors.StorageError as exc:
-            log.warning("collect %s: %s", sr, exc.message)
+    """The collector's sweep of the datapath clones of sr that no state
+    file of this host uses (collect.sweep_clones). Caller holds the SR
+    lock; never raises."""
+    used = set(st.get("clone") for st in state.all_states())
+    used.add(keep)
+    collect.sweep_clones(sr, used, freed=freed)
 
 
 # --- the tapdisk of a guest --------------------------------------------------
@@ -291,7 +263,7 @@ def attach(dbg, uri, domain):
             view = tapctl.view() if guest else None  # no tap-ctl: no change
             st["device"], made_clone = _device_dataset(target, st)
             state.save(st)
-            device.wait(st["device"])
+            zvoldev.wait(st["device"])
             if guest:
                 _ensure_tapdisk(st, view)
         except Exception:
@@ -302,12 +274,12 @@ def attach(dbg, uri, domain):
                     _drop_clone(target, st["clone"],
                                 but=(target.dataset, domain))
             raise
-        impls = [["BlockDevice", {"path": device.link(st["device"])}]]
+        impls = [["BlockDevice", {"path": zvoldev.link(st["device"])}]]
         if guest:
             impls.insert(0, ["XenDisk", {"params": st["tapdev"], "extra": {},
                                          "backend_type": "vbd3"}])
         log.info("attached %s for domain %s: %s%s", target.dataset, domain,
-                 device.link(st["device"]),
+                 zvoldev.link(st["device"]),
                  " via %s" % st["tapdev"] if guest else "")
         return {"implementations": impls}
 
@@ -321,8 +293,8 @@ def _activate(uri, domain, readonly):
             raise NotAttached("%s is not attached for domain %s on this "
                               "host: Datapath.attach comes first"
                               % (target.dataset, domain))
-        device.wait(st["device"])
-        path = device.link(st["device"])
+        zvoldev.wait(st["device"])
+        path = zvoldev.link(st["device"])
         if not urimod.is_dom0(domain):
             view = tapctl.view()
             row = view.vbd(st.get("pid"), st.get("minor"))

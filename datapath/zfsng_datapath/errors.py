@@ -26,11 +26,6 @@ class TapdevHeld(StorageError):
     released."""
 
 
-class DeviceNotReady(StorageError):
-    """The zvol's /dev/zvol node did not appear, or did not prove to be the
-    zvol, within the wait bound."""
-
-
 class NotAttached(StorageError):
     """activate/activate_readonly before attach for this domain."""
 

@@ -31,7 +31,7 @@ and with ``-r`` it would destroy them. The reset then *rotates* instead:
 The snapshot VDIs and clones keep the data they captured. A snapshot VDI's
 key is unchanged; its dataset (and URI) is now ``A@<snapshot uuid>``, and
 xapi stats a VDI before each attach. A is freed by the volume plugin's
-collector when its last snapshot VDI or clone goes (zfsng.volume.collect),
+collector when its last snapshot VDI or clone goes (zfsng.collect),
 and the internal snapshot with it: nothing leaks.
 
 The one case not handled: a thick disk whose new reservation does not fit
@@ -60,13 +60,8 @@ from zfsng import errors, log, meta, names, zfs
 from zfsng_datapath import scope
 from zfsng_datapath.errors import NonpersistentResetBlocked
 
-NONPERSISTENT_SNAPSHOT = meta.NONPERSISTENT_SNAPSHOT
 _VDI_PROPS = [meta.VDI_UUID, meta.VDI_NAME, meta.VDI_DESCRIPTION,
               meta.VDI_KEYS, meta.VDI_SHARABLE]
-
-
-def reset_point(zvol):
-    return "%s@%s" % (zvol, NONPERSISTENT_SNAPSHOT)
 
 
 def _key(target):
@@ -81,7 +76,7 @@ def _thick(sr_row):
 
 def open_(target, sr_row, persistent):
     """Datapath.open of a live VDI (repaired and checked by prepare)."""
-    snap = reset_point(target.head)
+    snap = meta.reset_point(target.head)
     pending = _pending(target)
     if persistent:
         if pending:
@@ -102,7 +97,7 @@ def close(target, sr_row):
         return   # persistent, or already closed
     log.info("%s: resetting the non-persistent disk", target.head)
     if _reset(target, sr_row):
-        zfs.destroy(reset_point(target.head))
+        zfs.destroy(meta.reset_point(target.head))
 
 
 def prepare(target):
@@ -117,7 +112,7 @@ def prepare(target):
 def _pending(target):
     """Whether a reset point is set. One with a clone is the end of a
     rotation a crash interrupted (S4): finished here, no longer pending."""
-    found = scope.row(reset_point(target.head), ["name", "clones"])
+    found = scope.row(meta.reset_point(target.head), ["name", "clones"])
     if found is None:
         return False
     clones = [c for c in (found.get("clones") or "").split(",") if c]
@@ -131,7 +126,7 @@ def _reset(target, sr_row):
     """Back to the reset point: True if by rollback (the reset point is
     still there), False if by rotation (it is gone)."""
     try:
-        zfs.rollback(reset_point(target.head))
+        zfs.rollback(meta.reset_point(target.head))
         return True
     except errors.RollbackBlocked as exc:
         log.info("%s: snapshots were taken after the reset point; they "
@@ -164,7 +159,7 @@ def _recreate(target, aside, sr_row):
         zfs.set_props(aside, {"refreservation": "none"})
         props["refreservation"] = "auto"
     try:
-        zfs.clone(reset_point(aside), target.head, props)
+        zfs.clone(meta.reset_point(aside), target.head, props)
     except errors.OutOfSpace as exc:
         log.error("%s: no space to reset it next to its newer snapshots: "
                   "putting it back", target.head)
@@ -195,7 +190,7 @@ def _retire(target, clone):
                             meta.object_uuid(clone))
     log.info("%s: the reset point is now %s, freed with %s",
              target.head, internal, clone)
-    zfs.rename(reset_point(target.head), internal)
+    zfs.rename(meta.reset_point(target.head), internal)
     zfs.destroy(internal, defer=True)
 
 
@@ -211,10 +206,10 @@ def repair(target, sr_row):
         log.warning("%s: finishing a reset a crash interrupted (the disk is "
                     "at %s)", target.head, aside)
         _recreate(target, aside, sr_row)
-        origin = reset_point(aside)
+        origin = meta.reset_point(aside)
     else:
         origin = found.get("origin") or ""
-    if origin.endswith("@" + NONPERSISTENT_SNAPSHOT):
+    if origin.endswith("@" + meta.NONPERSISTENT_SNAPSHOT):
         log.warning("%s: finishing a reset a crash interrupted (a clone of "
                     "%s)", target.head, origin)
         _hide_and_promote(target, origin.split("@", 1)[0])
@@ -227,6 +222,6 @@ def _set_aside(target):
                                    types="volume", depth=1):
         if found.get(meta.VDI_UUID) == _key(target) and \
                 found["name"] != target.head and \
-                scope.row(reset_point(found["name"]), ["name"]) is not None:
+                scope.row(meta.reset_point(found["name"]), ["name"]) is not None:
             return found["name"]
     return None

@@ -9,14 +9,14 @@ anything, it proves the URI names a VDI, as the volume plugin defines one
 - the zvol (or the snapshot of a zvol) exists;
 - its ``org.xcp-ng.zfs-ng:vdi`` is its own uuid (a value inherited from
   elsewhere cannot be: a snapshot inherits its zvol's uuid, not its own);
-- its parent is a zfs-ng SR dataset (``zfsng.sr.sr_row``: the local
+- its parent is a zfs-ng SR dataset (``zfsng.inventory.sr_row``: the local
   ``sr-uuid`` mark of an SR root).
 
 Otherwise the call fails with Volume_does_not_exist (nothing by that name)
 or NotAVdi, having changed nothing.
 """
 
-from zfsng import errors, meta, sr as srmod, zfs
+from zfsng import errors, inventory, meta, zfs
 
 from zfsng_datapath.errors import NotAVdi
 
@@ -59,7 +59,7 @@ def check_sr(target):
     """The SR's row (zfsng.meta.SR_COLUMNS); NotAVdi unless the URI's
     parent dataset is a zfs-ng SR."""
     try:
-        return srmod.sr_row(target.sr)
+        return inventory.sr_row(target.sr)
     except errors.Sr_not_attached:
         raise NotAVdi("%s is not in an attached zfs-ng SR (%s is no SR "
                       "dataset): the datapath leaves it alone"

@@ -21,22 +21,18 @@ Fields (all optional but uri/dataset/domain):
   active     whether activate succeeded (and readonly: how)
 """
 
-import errno
-import json
 import os
 
-from zfsng import testhooks
+from zfsng import runfiles, testhooks
 
 RUN_DIR = testhooks.get("ZFSNG_DATAPATH_DIR",
                         "/var/run/nonpersistent/zfs-ng-datapath")
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                  "0123456789-_")
+# '.' is escaped too, so that it can join the two parts of a name
+_SAFE = runfiles.SAFE - {"."}
 
 
 def _escape(text):
-    """Every character but [A-Za-z0-9_-] as %XX ('.' too, so that it can
-    join two parts). Names reaching here are ASCII (uri checks them)."""
-    return "".join(c if c in _SAFE else "%%%02X" % ord(c) for c in text)
+    return runfiles.escape(text, _SAFE, upper=True)
 
 
 def path(dataset, domain):
@@ -46,51 +42,17 @@ def path(dataset, domain):
 
 def load(dataset, domain):
     """The state dict, or None if this host holds no state for it."""
-    try:
-        with open(path(dataset, domain)) as f:
-            return json.load(f)
-    except (IOError, OSError) as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
-    except ValueError:
-        return None  # cannot happen with atomic writes; treat as absent
+    return runfiles.read_json(path(dataset, domain))
 
 
 def save(st):
-    os.makedirs(RUN_DIR, 0o700, exist_ok=True)
-    final = path(st["dataset"], st["domain"])
-    tmp = final + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps(st, sort_keys=True).encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, final)
+    runfiles.write_json(path(st["dataset"], st["domain"]), st)
 
 
 def remove(dataset, domain):
-    try:
-        os.unlink(path(dataset, domain))
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
+    runfiles.remove(path(dataset, domain))
 
 
 def all_states():
     """Every state on this host (to know who else uses a clone)."""
-    try:
-        entries = os.listdir(RUN_DIR)
-    except OSError:
-        return []
-    found = []
-    for name in sorted(entries):
-        if not name.endswith(".json"):
-            continue
-        try:
-            with open(os.path.join(RUN_DIR, name)) as f:
-                found.append(json.load(f))
-        except (IOError, OSError, ValueError):
-            continue
-    return found
+    return [st for _, st in runfiles.read_all_json(RUN_DIR)]

@@ -116,12 +116,9 @@ SYS_DEV_BLOCK = "/sys/dev/block"
 
 def _run(argv):
     transient = _TRANSIENT.get(argv[0], ())
-    for attempt in range(RETRIES):
-        result = runner.run([TAP_CTL] + argv)
-        if result.rc not in transient or attempt == RETRIES - 1:
-            break
-        log.info("tap-ctl %s: %s, retrying", argv[0], result.err.strip())
-        time.sleep(RETRY_DELAY)
+    result = runner.run_retried([TAP_CTL] + argv,
+                                lambda r: r.rc in transient, RETRIES,
+                                RETRY_DELAY)
     if result.rc == 0:
         return result.out
     text = (result.err.strip() or result.out.strip() or "no message")

@@ -71,7 +71,8 @@ import fakezfs  # noqa: E402
 from zfsng import alert, cleanup, errors, lock, names, runner, wire, \
     zfs  # noqa: E402
 from zfsng import main as volmain  # noqa: E402
-from zfsng_datapath import device, state  # noqa: E402
+from zfsng import zvoldev  # noqa: E402
+from zfsng_datapath import state  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 
 MiB = 1 << 20
@@ -520,7 +521,7 @@ def test_the_fake_answers_the_plugins_commands_as_real_zfs(
                 str(tmp_path / "real"))
     fake = fake_host(two, hostid.current())
     with monkeypatch.context() as m:
-        m.setattr(device, "wait", fake_device_wait)
+        m.setattr(zvoldev, "wait", fake_device_wait)
         fake_run = play(fake, two, monkeypatch, str(tmp_path / "fake"))
     assert not fake.unknown, fake.unknown
     commands = sum(len(s[3]) for s in real.steps)

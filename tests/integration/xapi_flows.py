@@ -1,6 +1,6 @@
 """xapi-storage-script's own call sequences, played against the plugin.
 
-From xapi's ocaml/xapi-storage-script/main.ml (see shared/smapiv3.md): what
+From xapi's ocaml/xapi-storage-script/main.ml (xen-api): what
 one SMAPIv2 operation turns into, call by call.
 """
 

@@ -1,6 +1,6 @@
 """Crash points: the plugin process killed between two zfs commands.
 
-Design decision 8: a crash at any step leaves a state the next call
+ARCHITECTURE.md, decision 8: a crash at any step leaves a state the next call
 repairs. The seam is the runner: ``CrashAfter`` forwards to the fake and,
 right after the N-th command completes, raises ``Killed`` (a BaseException,
 so no ``except Exception`` in the plugin can swallow it, and no further

@@ -23,15 +23,15 @@ TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, "datapath"))
 sys.path.append(os.path.join(TOP, "tests", "integration"))  # xapi_flows
 
-from zfsng import errors, meta, runner, wire  # noqa: E402
+from zfsng import errors, meta, runner, wire, zvoldev  # noqa: E402
 
-from zfsng_datapath import datapath, device, state, tapctl  # noqa: E402
+from zfsng_datapath import datapath, state, tapctl  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import uri as urimod  # noqa: E402
-from zfsng_datapath.errors import (DeviceNotReady,  # noqa: E402
-                                   NonpersistentResetBlocked, NotAttached,
-                                   NotAVdi, TapdevHeld, TapdiskError,
-                                   TapdiskUnavailable)
+from zfsng.errors import DeviceNotReady  # noqa: E402
+from zfsng_datapath.errors import (NonpersistentResetBlocked,  # noqa: E402
+                                   NotAttached, NotAVdi, TapdevHeld,
+                                   TapdiskError, TapdiskUnavailable)
 
 import fakezfs  # noqa: E402
 import faketapctl  # noqa: E402
@@ -234,11 +234,11 @@ class Host(object):
 @pytest.fixture
 def host(tmp_path, monkeypatch):
     h = Host(str(tmp_path / "host"))
-    monkeypatch.setattr(device, "DEV_DIR", h.dev)
-    monkeypatch.setattr(device, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
-    monkeypatch.setattr(device, "ZVOL_ID_PATHS", (h.zvol_id,))
-    monkeypatch.setattr(device, "TIMEOUT", 0.3)
-    monkeypatch.setattr(device, "POLL", 0.01)
+    monkeypatch.setattr(zvoldev, "DEV_DIR", h.dev)
+    monkeypatch.setattr(zvoldev, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
+    monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", (h.zvol_id,))
+    monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
+    monkeypatch.setattr(zvoldev, "POLL", 0.01)
     monkeypatch.setattr(state, "RUN_DIR", str(tmp_path / "dpstate"))
     boot = tmp_path / "boot_id"
     boot.write_text("boot-1\n")
@@ -285,7 +285,7 @@ def nothing_left(host):
     """No tapdisk, no minor, no datapath clone, no state file."""
     assert host.tap.tapdisks == {}, host.tap.tapdisks
     assert host.tap.minors == set(), host.tap.minors
-    assert [z for z in host.zvols() if z.endswith(datapath.CLONE_SUFFIX)] \
+    assert [z for z in host.zvols() if z.endswith(meta.CLONE_SUFFIX)] \
         == []
     assert state.all_states() == []
 
@@ -379,6 +379,9 @@ def test_state_file_names_are_unambiguous(tmp_path, monkeypatch):
     monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
     assert state.path("a.b", "c") != state.path("a", "b.c")
     assert "/" not in os.path.basename(state.path("p/q@r", DOM0))
+    # the names running hosts already have: an upgrade must find them
+    assert os.path.basename(state.path("tank/v-1@s_2", "u0_vbd")) == \
+        "tank%2Fv-1%40s_2.u0_vbd.json"
 
 
 # --- dom0 --------------------------------------------------------------------
@@ -856,7 +859,7 @@ def test_a_link_to_something_else_is_refused(host, vdi, tmp_path):
 def test_udevadm_info_stands_in_for_a_missing_zvol_id(host, vdi,
                                                       monkeypatch):
     sr, vol = vdi
-    monkeypatch.setattr(device, "ZVOL_ID_PATHS", ("/nonexistent/zvol_id",))
+    monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", ("/nonexistent/zvol_id",))
     dp("Datapath.attach", uri=uri_of(vol), domain=DOM0)
     # (SR.create asked udev for the pool disk's by-id name too)
     assert [a for a in host.ran("udevadm", "info")
@@ -877,7 +880,7 @@ def test_snapshot_vdi_attaches_through_a_read_only_clone(host, vdi):
         ["BlockDevice", {"path": host.link(clone)}]]}
     props = host.zfs.local_props(clone)
     assert props["readonly"] == "on"
-    assert props[datapath.CLONE_PROP] == "boot-1"
+    assert props[meta.DATAPATH_CLONE] == "boot-1"
     assert host.zfs.dataset(clone).origin == dataset_of(snap)
     # the volume plugin does not see it
     assert sorted(v["key"] for v in call("SR.ls", sr=sr)) == \
@@ -997,7 +1000,7 @@ def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host, vdi):
         os.unlink(os.path.join(state.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
-    assert host.zfs.local_props(clone)[datapath.CLONE_PROP] == "boot-2"
+    assert host.zfs.local_props(clone)[meta.DATAPATH_CLONE] == "boot-2"
     assert len(host.ran("zfs", "clone")) == 1
     dp("Datapath.detach", uri=uri_of(snap), domain=DOM0)
     nothing_left(host)
@@ -1080,7 +1083,7 @@ def test_a_vdi_whose_uuid_was_edited_is_no_vdi(host, vdi):
 # --- NONPERSISTENT -----------------------------------------------------------
 
 def reset_point(vol):
-    return dataset_of(vol) + "@" + datapath.NONPERSISTENT_SNAPSHOT
+    return dataset_of(vol) + "@" + meta.NONPERSISTENT_SNAPSHOT
 
 
 def refer(host, vol):
@@ -1398,11 +1401,11 @@ def test_every_crash_point_is_repaired(tmp_path, monkeypatch, name,
 def _fresh_host(root, monkeypatch):
     os.makedirs(str(root))
     h = Host(str(root / "host"))
-    monkeypatch.setattr(device, "DEV_DIR", h.dev)
-    monkeypatch.setattr(device, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
-    monkeypatch.setattr(device, "ZVOL_ID_PATHS", (h.zvol_id,))
-    monkeypatch.setattr(device, "TIMEOUT", 0.3)
-    monkeypatch.setattr(device, "POLL", 0.01)
+    monkeypatch.setattr(zvoldev, "DEV_DIR", h.dev)
+    monkeypatch.setattr(zvoldev, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
+    monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", (h.zvol_id,))
+    monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
+    monkeypatch.setattr(zvoldev, "POLL", 0.01)
     monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
     boot = root / "boot_id"
     boot.write_text("boot-1\n")

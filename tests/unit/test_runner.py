@@ -90,3 +90,36 @@ def test_crash_point_kills_the_process_after_the_nth_command(tmp_path):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.returncode == 137
     assert proc.stdout.decode() == "first\n"
+
+
+class Scripted(object):
+    """A runner answering each run with the next exit status."""
+
+    def __init__(self, statuses):
+        self.statuses, self.calls = list(statuses), 0
+
+    def __call__(self, argv, stdin_text=None):
+        self.calls += 1
+        return runner.Result(argv, self.statuses.pop(0), "", "busy")
+
+
+@pytest.mark.parametrize("statuses,transient,runs,rc", [
+    ([16, 16, 0], {16}, 3, 0),       # transient twice, then done
+    ([16, 16, 16, 16], {16}, 3, 16),  # never passes: bounded
+    ([16, 2, 0], {16}, 2, 2),        # any other failure ends it
+    ([0, 16], {16}, 1, 0),
+])
+def test_run_retried_retries_only_transient_failures_and_is_bounded(
+        monkeypatch, statuses, transient, runs, rc):
+    slept = []
+    monkeypatch.setattr(runner.time, "sleep", slept.append)
+    fake = Scripted(statuses)
+    old = runner.set_runner(fake)
+    try:
+        result = runner.run_retried(["zfs", "destroy"],
+                                    lambda r: r.rc in transient, 3, 0.5,
+                                    backoff=2)
+    finally:
+        runner.set_runner(old)
+    assert (fake.calls, result.rc) == (runs, rc)
+    assert slept == [0.5, 1.0][:runs - 1]

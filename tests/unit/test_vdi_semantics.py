@@ -1,7 +1,7 @@
 """VDI semantics as xapi drives them, through the wire layer.
 
-Every test plays a sequence xapi-storage-script really sends (shared/
-smapiv3.md, "What xapi actually sends"): VDI.create is Volume.create then
+Every test plays a sequence xapi-storage-script really sends (xen-api's
+ocaml/xapi-storage-script/main.ml): VDI.create is Volume.create then
 Volume.set of vdi-type; VDI.snapshot is Volume.snapshot then Volume.set on
 the new volume of snapshot_time, is_a_snapshot, snapshot_of, content_id and
 vdi-type, and one Volume.set per tag on the source; VM revert clones the

@@ -229,7 +229,7 @@ def test_destroy_leaves_other_volumes(fake, sr):
 
 
 def test_destroy_with_an_admin_snapshot_never_fails(fake, sr):
-    """Design decision 4: dependents never make a destroy fail, and an
+    """ARCHITECTURE.md, decision 4: dependents never make a destroy fail, and an
     admin's snapshot is never touched."""
     volume = create_volume(sr)
     fake.admin("zfs snapshot %s@before-upgrade" % zvol(volume))

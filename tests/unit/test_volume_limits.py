@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from zfsng import errors, meta, volume, wire, zfs
+from zfsng import errors, inventory, meta, volume, wire, zfs
 
 import fakezfs
 from conftest import call, create_sr, create_volume
@@ -198,11 +198,11 @@ def test_a_row_that_cannot_be_described_is_left_out(fake, sr, two, change,
                                                     capsys):
     # what zfs itself never prints, but a bug or a future zfs might
     odd, good = two
-    rows = volume._list(sr)
+    rows = inventory.rows(sr)
     for row in rows:
         if row["name"] == zvol(odd):
             row.update(change)
-    listed = volume._listed([r for r in rows if volume._is_vdi(r) or
+    listed = volume._listed([r for r in rows if meta.is_vdi(r) or
                              r["name"] == zvol(odd)])
     assert [v["key"] for v in listed] == [good["key"]]
     assert "left out" in capsys.readouterr().err

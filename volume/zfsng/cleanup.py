@@ -26,10 +26,9 @@ target only if it still is what the plan says (the same vdev guid in its
 label, the same partition table uuid), whatever its name is by then.
 """
 
-import json
 import os
 
-from zfsng import devices, errors, log, zfs
+from zfsng import devices, errors, log, runfiles, zfs
 
 # Persistent: a plan must survive a reboot between zpool destroy and the
 # clean-up. Tests point it elsewhere.
@@ -96,27 +95,14 @@ def _path(pool_guid):
 
 def save(plan):
     """Write the plan durably (it must outlive a crash or a reboot)."""
-    os.makedirs(PLAN_DIR, 0o700, exist_ok=True)
-    path = _path(plan["pool_guid"])
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(plan, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-    fd = os.open(PLAN_DIR, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    runfiles.write_json(_path(plan["pool_guid"]), plan, durable=True)
 
 
 def load(pool_guid):
     """The plan saved for that pool, or None."""
     try:
-        with open(_path(pool_guid)) as f:
-            plan = json.load(f)
-    except (IOError, OSError, ValueError):
+        plan = runfiles.read_json(_path(pool_guid))
+    except (IOError, OSError):
         return None
     return plan if isinstance(plan, dict) and \
         plan.get("pool_guid") == pool_guid else None
@@ -125,18 +111,14 @@ def load(pool_guid):
 def load_for(sr):
     """The saved plans of SR sr (several if pools of that name were
     destroyed one after the other and each killed)."""
-    try:
-        names = sorted(os.listdir(PLAN_DIR))
-    except OSError:
-        return []
-    plans = [load(name[:-len(".json")]) for name in names
-             if name.endswith(".json")]
-    return [p for p in plans if p and p.get("sr") == sr]
+    return [plan for guid, plan in runfiles.read_all_json(PLAN_DIR)
+            if isinstance(plan, dict) and plan.get("pool_guid") == guid and
+            plan.get("sr") == sr]
 
 
 def drop(pool_guid):
     try:
-        os.unlink(_path(pool_guid))
+        runfiles.remove(_path(pool_guid))
     except OSError:
         pass
 

@@ -157,6 +157,11 @@ class PoolSuspended(ZfsError):
     back and ``zpool clear`` resumes it."""
 
 
+class DeviceNotReady(StorageError):
+    """A zvol's /dev/zvol node did not appear, or did not prove to be the
+    zvol, within the wait bound."""
+
+
 class CommandTimeout(StorageError):
     """A command did not finish within its bound (see ``runner``): the pool
     may be suspended or a device stuck. It was killed (or, stuck in the

@@ -20,18 +20,16 @@ way round.
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import time
 
-from zfsng import errors, log, runner, testhooks
+from zfsng import errors, log, runfiles, runner, testhooks
 
 RUN_DIR = testhooks.get("ZFSNG_RUN_DIR", "/run/nonpersistent/zfs-ng")
 SLOW_WAIT = 5.0   # seconds: log when a lock took longer than this to get
 WAIT = testhooks.seconds("ZFSNG_LOCK_WAIT", 300.0)  # seconds, at most
 POLL = 0.05       # seconds between two tries, doubled up to POLL_MAX
 POLL_MAX = 1.0
-NAME_MAX = 200    # bytes of a lock file name (the filesystem allows 255)
 
 
 def _path(name):
@@ -39,26 +37,9 @@ def _path(name):
 
 
 def run_file(name, suffix):
-    """RUN_DIR's file for name: the name made safe, or, when that would be
-    too long for a file name, its start and a digest of the whole (any
-    string xapi sends must map to a file, distinct names to distinct files).
-    Lock files (and ``alert``'s health records) are named so."""
-    safe = _escape(name)
-    if len(safe) > NAME_MAX:
-        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
-        safe = "%s..%s" % (safe[:NAME_MAX - 66], digest)
-    return os.path.join(RUN_DIR, safe + suffix)
-
-
-def _escape(name):
-    """Every byte of name's UTF-8 but [A-Za-z0-9._-] as %xx: one file
-    name per string, and distinct strings give distinct names."""
-    return "".join(chr(b) if chr(b) in _SAFE else "%%%02x" % b
-                   for b in bytearray(name.encode("utf-8", "surrogateescape")))
-
-
-_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                  "0123456789-_.")
+    """RUN_DIR's file for name (runfiles.file_name). Lock files (and
+    ``alert``'s health records) are named so."""
+    return runfiles.file_name(RUN_DIR, name, suffix)
 
 
 def _acquire(fd, name):

@@ -1,4 +1,7 @@
-"""The on-pool layout: where an SR and its VDIs live, and their properties.
+"""The on-pool model: where an SR and its VDIs live, their properties, and
+what every dataset zfs-ng finds is to it. Pure rules on names and listing
+rows (``zfs list`` columns as dicts): no command runs here, so every other
+module asks this one what a dataset is, and none decides it alone.
 
 The pool is the only source of truth: everything xapi ever told zfs-ng is
 kept in ZFS user properties under one prefix, so an exported pool imported
@@ -18,6 +21,24 @@ object's own uuid: a zvol or snapshot whose ``vdi`` value is not its own uuid
 is not a VDI (an admin's manual snapshot, or an internal one) and is never
 listed.
 
+Kinds (see the functions of the same names below)
+  VDI            a zvol or snapshot whose ``vdi`` is its own uuid, not
+                 being freed (``is_vdi``)
+  hidden parent  a zvol destroyed while it had dependents: ``vdi`` is
+                 HIDDEN; the collector frees it once nothing needs it
+                 (``is_hidden``, ``has_dependents``)
+  stand-in       a zvol the datapath set aside to reset a non-persistent
+                 VDI, between its two commands (``is_stand_in``)
+  internal       ``<vol>@zfsng-clone-<uuid>``: taken to clone a live VDI,
+                 destroyed deferred with its clone (``is_internal``)
+  reset point    ``<vol>@zfsng-nonpersistent``: a non-persistent VDI's
+                 content at open (``reset_point``)
+  datapath clone ``<sr>/<snapshot uuid>.ro``: a snapshot VDI served
+                 read-only to a guest, marked DATAPATH_CLONE
+                 (``clone_name``, ``is_clone_of``)
+  foreign        anything else: an admin's snapshot, dataset or bookmark;
+                 never changed (``is_foreign``, ``made_by_zfsng``)
+
 Values that hold free text are JSON-encoded (ASCII only): ``zfs list -H``
 separates columns with tabs and rows with newlines, and a name may contain
 either.
@@ -25,6 +46,7 @@ either.
 
 import json
 
+from zfsng import names
 from zfsng.errors import MetadataTooLarge, MetadataUnreadable
 
 PREFIX = "org.xcp-ng.zfs-ng"
@@ -157,3 +179,154 @@ def volume_uri(dataset):
 def object_uuid(name):
     """The uuid part of a zvol or snapshot name (the last component)."""
     return name.rsplit("@", 1)[1] if "@" in name else name.rsplit("/", 1)[1]
+
+
+def pool_of(dataset):
+    return dataset.split("/", 1)[0]
+
+
+def parent_of(name):
+    """The zvol of a snapshot name; a zvol's own name otherwise."""
+    return name.split("@", 1)[0]
+
+
+def below(name, parent):
+    """Whether name is a dataset, snapshot or bookmark inside parent."""
+    return name.startswith(parent + "/") or \
+        name.startswith(parent + "@") or name.startswith(parent + "#")
+
+
+# --- kinds -------------------------------------------------------------------
+
+def is_sr_root(sr, row):
+    """Whether row (type, SR_UUID, SR_OWNER) is the listing of sr as the
+    root of a zfs-ng SR. sr-uuid and sr-owner are inherited: only the
+    SR's own dataset carries them with its own name."""
+    uuid = row.get(SR_UUID)
+    if row.get("type") != "filesystem" or not uuid:
+        return False
+    if row.get(SR_OWNER) == "pool":
+        return sr == pool_of(sr)
+    return sr.rsplit("/", 1)[-1] == CHILD_PREFIX + uuid
+
+
+def in_sr(row, sr):
+    """Directly under the SR (a copy deeper down is no VDI of it)."""
+    return parent_of(row["name"]).rsplit("/", 1)[0] == sr
+
+
+def is_snapshot(row):
+    return row["type"] == "snapshot"
+
+
+def clones_of(row):
+    return [c for c in (row.get("clones") or "").split(",") if c]
+
+
+def is_internal(row):
+    return is_snapshot(row) and \
+        object_uuid(row["name"]).startswith(INTERNAL_SNAPSHOT)
+
+
+def is_hidden(row):
+    return not is_snapshot(row) and row.get(VDI_UUID) == HIDDEN
+
+
+def is_vdi(row):
+    """A visible VDI: its own uuid in its vdi property (inherited values,
+    on snapshots zfs-ng did not take, fail this), and not being freed."""
+    if row.get(VDI_UUID) != object_uuid(row["name"]):
+        return False
+    return not (is_snapshot(row) and row.get("defer_destroy") == "on")
+
+
+def is_stand_in(row, present):
+    """A zvol the datapath set aside to reset a non-persistent VDI
+    (zfsng_datapath/reset.py) while no zvol has the VDI's name yet: a crash
+    between its two commands leaves it so until the next datapath call on
+    the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
+    that VDI (listed, found, snapshotted, destroyed as it), under the
+    VDI's own URI, which the datapath repairs first: xapi never loses the
+    VDI. present: the names the listing holds."""
+    vdi = row.get(VDI_UUID) or ""
+    return row["type"] == "volume" and names.is_uuid(vdi) and \
+        vdi != object_uuid(row["name"]) and \
+        vdi_dataset(row["name"].rsplit("/", 1)[0], vdi) not in present and \
+        reset_point(row["name"]) in present
+
+
+def vdi_rows(rows):
+    """The rows of rows that are VDIs (stand-ins included)."""
+    present = set(r["name"] for r in rows)
+    return [r for r in rows if is_vdi(r) or is_stand_in(r, present)]
+
+
+def uri_dataset(row):
+    """The dataset a VDI's URI names: its own, but for a stand-in."""
+    if is_snapshot(row):
+        return row["name"]
+    return vdi_dataset(row["name"].rsplit("/", 1)[0], row[VDI_UUID])
+
+
+def is_foreign(row):
+    """A snapshot zfs-ng did not take (an admin's): never touched."""
+    name = object_uuid(row["name"])
+    return is_snapshot(row) and not is_internal(row) and \
+        name != NONPERSISTENT_SNAPSHOT and row.get(VDI_UUID) != name
+
+
+def has_dependents(volume, rows):
+    """Whether anything still needs the zvol: one of its snapshots is a
+    VDI, has clones, or is an admin's own."""
+    return any(is_snapshot(r) and parent_of(r["name"]) == volume and
+               (is_vdi(r) or clones_of(r) or is_foreign(r)) for r in rows)
+
+
+def made_by_zfsng(row, sr):
+    """Whether a dataset, snapshot or bookmark below the SR dataset is
+    zfs-ng's own: a zvol <sr>/<uuid> carrying a vdi value (a VDI, a hidden
+    parent awaiting collection, a zvol the datapath set aside), a datapath
+    clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots, snapshots
+    being freed (deferred), internal and reset-point snapshots. Anything
+    else (filesystems, other zvols, the admin's snapshots, bookmarks) is
+    not."""
+    parent, _, last = parent_of(row["name"]).rpartition("/")
+    if parent != sr:
+        return False
+    if row["type"] == "volume":
+        if names.is_uuid(last):
+            return bool(row.get(VDI_UUID))
+        return last.endswith(CLONE_SUFFIX) and \
+            names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
+            row.get(DATAPATH_CLONE) is not None
+    if row["type"] != "snapshot":
+        return False
+    return is_vdi(row) or is_internal(row) or \
+        row.get("defer_destroy") == "on" or \
+        object_uuid(row["name"]) == NONPERSISTENT_SNAPSHOT
+
+
+# --- the datapath's datasets ---------------------------------------------------
+
+CLONE_SUFFIX = ".ro"
+
+
+def reset_point(zvol):
+    """A non-persistent VDI's reset point."""
+    return "%s@%s" % (zvol, NONPERSISTENT_SNAPSHOT)
+
+
+def clone_name(sr, snapshot_uuid):
+    """The datapath's read-only clone of a snapshot VDI."""
+    return "%s/%s%s" % (sr, snapshot_uuid, CLONE_SUFFIX)
+
+
+def is_clone_of(row, sr, snapshot_uuid):
+    """Whether row (type, origin, DATAPATH_CLONE) is the datapath's clone
+    of that snapshot VDI, wherever a reset moved the snapshot within the
+    SR (snapshot uuids are unique)."""
+    if row is None or row.get(DATAPATH_CLONE) is None or \
+            row.get("type") != "volume":
+        return False
+    head, _, snap = (row.get("origin") or "").partition("@")
+    return snap == snapshot_uuid and head.rsplit("/", 1)[0] == sr

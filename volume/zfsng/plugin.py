@@ -97,7 +97,7 @@ def diagnostics(dbg):
         return "\n".join(out)
     if not srs:
         out.append(_section("SRs", "no zfs-ng SR is attached on this host"))
-    for pool in sorted(set(srmod.pool_of(ds) for ds, _ in srs)):
+    for pool in sorted(set(meta.pool_of(ds) for ds, _ in srs)):
         out.append(_section("zpool status %s" % pool, zfs.pool_status(pool)))
     for dataset, _ in srs:
         out.append(_section("SR %s" % dataset, _sr_settings(dataset)))

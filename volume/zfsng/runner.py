@@ -181,6 +181,25 @@ def run(argv, stdin_text=None):
     return result
 
 
+def run_retried(argv, transient, attempts, delay, backoff=1.0,
+                stdin_text=None):
+    """run argv, again while transient(result) says its failure is one
+    that passes (zfs "busy", a tap-ctl racing a tapdisk's exit): at most
+    attempts runs, delay seconds apart (times backoff after each). The one
+    retry loop of zfs-ng: only known transient failures are retried, a
+    bounded number of times. Returns the last Result."""
+    for attempt in range(attempts):
+        result = run(argv, stdin_text)
+        if result.rc == 0 or attempt == attempts - 1 or \
+                not transient(result):
+            return result
+        log.info("%s: %s; retrying in %.1fs", " ".join(argv[:2]),
+                 result.err.strip() or "exit %d" % result.rc, delay)
+        time.sleep(delay)
+        delay *= backoff
+    return result
+
+
 def spawn_detached(argv):
     """Start argv in the background and return at once, never waiting for
     it: for work the call must not wait on (a XenAPI message, ``alert``).

@@ -20,8 +20,8 @@ retry xapi makes with a new SR uuid (the unclaimed pool, ``_unclaimed``).
 import json
 import os
 
-from zfsng import alert, cleanup, devconfig, devices, errors, hostid, log, \
-    lock, meta, names, runner, wire, zfs
+from zfsng import alert, cleanup, collect, devconfig, devices, errors, \
+    hostid, inventory, log, lock, meta, names, volume, wire, zfs, zvoldev
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -44,41 +44,7 @@ def _sr_in(found, sr_uuid):
     return None
 
 
-def sr_row(sr):
-    """SR_COLUMNS of an attached SR, or raise Sr_not_attached."""
-    try:
-        names.check_dataset_name(sr)
-    except errors.InvalidConfiguration:
-        raise errors.Sr_not_attached(sr)
-    try:
-        row = zfs.get_one(sr, meta.SR_COLUMNS + ["type"])
-    except (errors.DatasetNotFound, errors.PoolNotFound):
-        raise errors.Sr_not_attached(sr)
-    return check_sr_row(sr, row)
-
-
-def check_sr_row(sr, row):
-    """row (with type, SR_UUID and SR_OWNER) if it is the listing of sr's
-    own SR dataset, else raise Sr_not_attached."""
-    uuid = row.get(meta.SR_UUID)
-    if row["type"] != "filesystem" or not uuid:
-        raise errors.Sr_not_attached(sr)
-    # sr-uuid and sr-owner are inherited: only the SR's own dataset is it.
-    if row.get(meta.SR_OWNER) == "pool":
-        own = sr == pool_of(sr)
-    else:
-        own = sr.rsplit("/", 1)[-1] == meta.CHILD_PREFIX + uuid
-    if not own:
-        raise errors.Sr_not_attached(sr)
-    return row
-
-
-def pool_of(dataset):
-    return dataset.split("/", 1)[0]
-
-
 def visible_volume_count(sr):
-    from zfsng import volume  # volume imports sr: import here, not at top
     return len(volume.list_volumes(sr))
 
 
@@ -153,14 +119,14 @@ def health(pool):
 
 
 def stat_of(sr, row=None, sr_health=None):
-    row = row or sr_row(sr)
+    row = row or inventory.sr_row(sr)
     used, available = int(row["used"]), int(row["available"])
     return {"sr": sr, "uuid": row[meta.SR_UUID],
             "name": meta.decode_text(row[meta.SR_NAME]),
             "description": meta.decode_text(row[meta.SR_DESCRIPTION]),
             "free_space": available, "total_space": used + available,
             "datasources": [], "clustered": False,
-            "health": sr_health or health(pool_of(sr))}
+            "health": sr_health or health(meta.pool_of(sr))}
 
 
 # --- create ---------------------------------------------------------------------
@@ -236,7 +202,7 @@ def _check_adoptable(parent):
     except (errors.DatasetNotFound, errors.PoolNotFound):
         raise errors.PoolNotFound(
             "'%s' is not an imported pool or existing dataset; import the "
-            "pool first (zpool import %s)" % (parent, pool_of(parent)))
+            "pool first (zpool import %s)" % (parent, meta.pool_of(parent)))
     if row["type"] != "filesystem":
         raise errors.InvalidConfiguration(
             "'%s' is a %s; adopt a pool or a filesystem dataset"
@@ -293,7 +259,7 @@ def _claim(pool, uuid, name, description):
 
 
 def _stored_config(configuration, dataset):
-    pool = zfs.pool_by_name(pool_of(dataset))
+    pool = zfs.pool_by_name(meta.pool_of(dataset))
     stored = dict(configuration)
     stored["pool-guid"] = pool["guid"]
     stored["sr_uuid"] = zfs.get_one(dataset, [meta.SR_UUID])[meta.SR_UUID]
@@ -410,7 +376,7 @@ def _ensure_imported(cfg):
             raise errors.PoolNotFound(
                 "pool %s (guid %s) is not imported; zfs-ng does not import "
                 "pools it did not create: import it, then plug the PBD"
-                % (pool_of(cfg.parent) if cfg.parent else "?",
+                % (meta.pool_of(cfg.parent) if cfg.parent else "?",
                    cfg.pool_guid))
         _refuse_a_clones_pool(cfg)
         log.info("importing pool with guid %s", cfg.pool_guid)
@@ -430,7 +396,7 @@ def _ensure_imported(cfg):
                 % (cfg.pool_guid, exc.message))
         return zfs.pool_by_guid(cfg.pool_guid)["name"]
     if cfg.parent:
-        name = pool_of(cfg.parent)
+        name = meta.pool_of(cfg.parent)
         if not zfs.pool_by_name(name):
             raise errors.PoolNotFound("pool '%s' is not imported" % name)
         return name
@@ -453,25 +419,6 @@ def _locate(cfg):
             "pool %s holds %d zfs-ng SRs; give device-config:sr_uuid"
             % (pool, len(found)))
     return found[0][0]
-
-
-def wait_for_links(sr, timeout=LINK_TIMEOUT):
-    """Wait, bounded, until udev made /dev/zvol/<vol> for every zvol.
-
-    Links appear asynchronously after an import; a VDI whose link is still
-    missing is logged, not fatal: the datapath waits for it again.
-    """
-    vols = [r["name"] for r in zfs.list_datasets(sr, ["name"],
-                                                 types="volume")]
-    if not vols:
-        return
-    # settle returns once udev has handled every queued event (the zvols'
-    # "add" events included), or after the timeout: that is the bound.
-    runner.run(["udevadm", "settle", "--timeout=%d" % int(timeout)])
-    missing = [v for v in vols if not os.path.exists("/dev/zvol/" + v)]
-    if missing:
-        log.warning("after %ds, no /dev/zvol link yet for %s",
-                    int(timeout), ", ".join(missing))
 
 
 def _destroy_left(cfg):
@@ -498,11 +445,11 @@ def attach(dbg, configuration):
             return left
         if cfg.pool_guid and cleanup.load(cfg.pool_guid):
             cleanup.drop(cfg.pool_guid)  # killed before zpool destroy
-    from zfsng import volume
     with lock.sr_lock(dataset):
         _claimed(dataset)
-        volume.collect(dataset)  # finish what a crash may have left
-    wait_for_links(dataset)
+        collect.collect(dataset)  # finish what a crash may have left
+    zvoldev.wait_for_links([r["name"] for r in zfs.list_datasets(
+        dataset, ["name"], types="volume")], LINK_TIMEOUT)
     return dataset
 
 
@@ -523,13 +470,13 @@ def detach(dbg, sr):
     # the SR lock too: no Volume call may run on a pool being exported
     with lock.global_lock(), lock.sr_lock(sr):
         try:
-            row = sr_row(sr)
+            row = inventory.sr_row(sr)
         except errors.Sr_not_attached:
             log.info("SR %s is not attached: nothing to detach", sr)
             return None
         if row[meta.SR_OWNER] == "pool":
-            log.info("exporting pool %s", pool_of(sr))
-            zfs.export_pool(pool_of(sr))
+            log.info("exporting pool %s", meta.pool_of(sr))
+            zfs.export_pool(meta.pool_of(sr))
     return None
 
 
@@ -586,9 +533,26 @@ def _finish_destroyed(sr):
         cleanup.finish(plan)
 
 
+FOREIGN_COLUMNS = ["name", "type", "defer_destroy", meta.VDI_UUID,
+                   meta.DATAPATH_CLONE]
+
+
+def other_data(sr):
+    """The datasets, snapshots and bookmarks below the SR dataset that
+    zfs-ng did not make (meta.made_by_zfsng), outermost only (what is below
+    one of them is not named again). SR.destroy refuses while there is
+    any: destroying the pool or the SR dataset would destroy them."""
+    found = []
+    for row in zfs.list_datasets(sr, FOREIGN_COLUMNS, types="all"):
+        if row["name"] == sr or meta.made_by_zfsng(row, sr) or \
+                any(meta.below(row["name"], f) for f in found):
+            continue
+        found.append(row["name"])
+    return found
+
+
 def _refuse_other_data(sr):
-    from zfsng import volume  # volume imports sr: import here, not at top
-    found = volume.other_data(sr)
+    found = other_data(sr)
     if found:
         shown = ", ".join(found[:10]) + (
             " and %d more" % (len(found) - 10) if len(found) > 10 else "")
@@ -605,7 +569,7 @@ def destroy(dbg, sr):
     and its disks blanked, or the SR's own dataset destroyed."""
     with lock.global_lock(), lock.sr_lock(sr):
         try:
-            row = sr_row(sr)
+            row = inventory.sr_row(sr)
         except errors.Sr_not_attached:
             _finish_destroyed(sr)
             return None
@@ -616,7 +580,7 @@ def destroy(dbg, sr):
                 % (sr, count))
         _refuse_other_data(sr)
         if row[meta.SR_OWNER] == "pool":
-            _destroy_pool(pool_of(sr), row)
+            _destroy_pool(meta.pool_of(sr), row)
         else:
             log.info("destroying SR dataset %s", sr)
             zfs.destroy(sr, recursive=True)
@@ -630,15 +594,15 @@ def stat(dbg, sr):
     """The SR's record; a pool problem is also logged and, when it changed,
     sent as a XenAPI message in the background (``alert``)."""
     try:
-        row = sr_row(sr)
+        row = inventory.sr_row(sr)
     except errors.ZfsError as exc:
         record = _stat_of_a_dead_pool(sr)
         if record is None:
             raise exc
         return record
-    state, sr_health = pool_health(pool_of(sr))
+    state, sr_health = pool_health(meta.pool_of(sr))
     record = stat_of(sr, row, sr_health)
-    alert.report(record, pool_of(sr), state)
+    alert.report(record, meta.pool_of(sr), state)
     return record
 
 
@@ -647,35 +611,34 @@ def _stat_of_a_dead_pool(sr):
     SUSPENDED: "pool I/O is currently suspended"): the SR's last answer,
     Unavailable. None when the pool serves data or there is no answer."""
     try:
-        state, sr_health = pool_health(pool_of(sr))
+        state, sr_health = pool_health(meta.pool_of(sr))
     except errors.StorageError:
         return None
     last = alert.last_record(sr)
     if state in SERVING or last is None:
         return None
     record = dict(last, health=sr_health)
-    alert.report(record, pool_of(sr), state)
+    alert.report(record, meta.pool_of(sr), state)
     return record
 
 
 @wire.method("SR.set_name")
 def set_name(dbg, sr, new_name):
     with lock.sr_lock(sr):
-        sr_row(sr)
+        inventory.sr_row(sr)
         zfs.set_props(sr, {meta.SR_NAME: meta.encode_text(new_name)})
 
 
 @wire.method("SR.set_description")
 def set_description(dbg, sr, new_description):
     with lock.sr_lock(sr):
-        sr_row(sr)
+        inventory.sr_row(sr)
         zfs.set_props(sr, {meta.SR_DESCRIPTION:
                            meta.encode_text(new_description)})
 
 
 @wire.method("SR.ls")
 def ls(dbg, sr):
-    from zfsng import volume
     return volume.list_volumes(sr)
 
 
@@ -689,7 +652,7 @@ def _probe_config(configuration, dataset, sr_uuid):
                 json.loads(row[meta.SR_DEVICES] or "[]"))
         else:
             config["dataset"] = dataset.rsplit("/", 1)[0]
-    config["pool-guid"] = zfs.pool_by_name(pool_of(dataset))["guid"]
+    config["pool-guid"] = zfs.pool_by_name(meta.pool_of(dataset))["guid"]
     config["sr_uuid"] = sr_uuid
     return config
 
@@ -704,7 +667,7 @@ def _pool_matches(cfg, pool_name, leaves):
     if cfg.source is None:
         return True
     if cfg.parent:
-        return pool_name == pool_of(cfg.parent)
+        return pool_name == meta.pool_of(cfg.parent)
     family = set()
     for device in cfg.devices:
         family.update(devices.family(device))
@@ -743,7 +706,7 @@ def _probe_exported(configuration, cfg, dirs):
     """Import each importable candidate read-only, read its SRs, export."""
     results = []
     for pool in zfs.importable_pools(dirs):
-        if cfg.parent and pool["name"] != pool_of(cfg.parent):
+        if cfg.parent and pool["name"] != meta.pool_of(cfg.parent):
             continue
         try:
             _import_to_read(pool["guid"], dirs)

@@ -15,16 +15,15 @@ snapshots, a snapshot with clones. Such objects are hidden, not refused:
   taken during the VM's run (zfsng_datapath/reset.py).
 Cloning a live volume takes an internal snapshot ``@zfsng-clone-<uuid>``,
 destroyed deferred right after the clone, so it goes with the clone.
-``collect`` frees hidden zvols once nothing depends on them, and repairs
-what a crash between two commands left (an internal snapshot without its
-clone or without its deferred mark). SR.attach runs it, and so does
-Volume.destroy whenever the SR holds anything hidden or half-done: no manual
-step, and no leak past the next destroy or attach.
+The collector (``collect``) frees hidden zvols once nothing depends on
+them, and repairs what a crash between two commands left (an internal
+snapshot without its clone or without its deferred mark). SR.attach runs
+it, and so does Volume.destroy whenever the SR holds anything hidden or
+half-done: no manual step, and no leak past the next destroy or attach.
 """
 
-from zfsng import errors, lock, log, meta, names, sr as srmod, wire, zfs
-
-COLLECT_ROUNDS = 64  # bound on cascades (a chain of hidden parents)
+from zfsng import collect, errors, inventory, lock, log, meta, names, wire, \
+    zfs
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -54,65 +53,6 @@ def _checked_size(size, block):
             "one %d-byte block: xapi and Linux hold sizes in signed 64-bit "
             "numbers)" % (size, max_size(block), block))
     return rounded
-
-
-def _is_snapshot(row):
-    return row["type"] == "snapshot"
-
-
-def _parent(row):
-    return row["name"].split("@", 1)[0]
-
-
-def _is_internal(row):
-    return _is_snapshot(row) and \
-        meta.object_uuid(row["name"]).startswith(meta.INTERNAL_SNAPSHOT)
-
-
-def _is_hidden(row):
-    return not _is_snapshot(row) and row.get(meta.VDI_UUID) == meta.HIDDEN
-
-
-def _is_vdi(row):
-    """A visible VDI: its own uuid in its vdi property (inherited values,
-    on snapshots zfs-ng did not take, fail this), and not being freed."""
-    if row.get(meta.VDI_UUID) != meta.object_uuid(row["name"]):
-        return False
-    return not (_is_snapshot(row) and row.get("defer_destroy") == "on")
-
-
-def _clones(row):
-    return [c for c in (row.get("clones") or "").split(",") if c]
-
-
-def _is_stand_in(row, present):
-    """A zvol the datapath set aside to reset a non-persistent VDI
-    (zfsng_datapath/reset.py) while no zvol has the VDI's name yet: a crash
-    between its two commands leaves it so until the next datapath call on
-    the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
-    that VDI (listed, found, snapshotted, destroyed as it), under the
-    VDI's own URI, which the datapath repairs first: xapi never loses the
-    VDI. present: the names the listing holds."""
-    vdi = row.get(meta.VDI_UUID) or ""
-    return row["type"] == "volume" and names.is_uuid(vdi) and \
-        vdi != meta.object_uuid(row["name"]) and \
-        meta.vdi_dataset(row["name"].rsplit("/", 1)[0], vdi) \
-        not in present and \
-        "%s@%s" % (row["name"], meta.NONPERSISTENT_SNAPSHOT) in present
-
-
-def _vdi_rows(rows):
-    """The rows of rows that are VDIs (stand-ins included)."""
-    present = set(r["name"] for r in rows)
-    return [r for r in rows if _is_vdi(r) or _is_stand_in(r, present)]
-
-
-def _uri_dataset(row):
-    """The dataset a VDI's URI names: its own, but for a stand-in."""
-    if _is_snapshot(row):
-        return row["name"]
-    return meta.vdi_dataset(row["name"].rsplit("/", 1)[0],
-                            row[meta.VDI_UUID])
 
 
 def _size(row, column):
@@ -147,7 +87,7 @@ def _to_volume(row):
     key = row[meta.VDI_UUID]     # its name's uuid, but for a stand-in
     if row["volsize"] is None:   # no size to tell xapi: never made up
         raise errors.MetadataUnreadable("%s has no volsize" % row["name"])
-    snapshot = _is_snapshot(row)
+    snapshot = meta.is_snapshot(row)
     if snapshot:
         used = _size(row, "used")
     else:
@@ -161,19 +101,9 @@ def _to_volume(row):
         "sharable": row.get(meta.VDI_SHARABLE) == "true",
         "virtual_size": _size(row, "volsize"),
         "physical_utilisation": used,
-        "uri": [meta.volume_uri(_uri_dataset(row))],
+        "uri": [meta.volume_uri(meta.uri_dataset(row))],
         "keys": _keys(row),
     }
-
-
-def _in_sr(row, sr):
-    """Directly under the SR (a copy deeper down is no VDI of it)."""
-    return _parent(row).rsplit("/", 1)[0] == sr
-
-
-def _list(sr):
-    return [r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
-            if _in_sr(r, sr)]
 
 
 LS_COLUMNS = meta.VOLUME_COLUMNS + [meta.SR_UUID, meta.SR_OWNER]
@@ -191,9 +121,9 @@ def list_volumes(sr):
         raise errors.Sr_not_attached(sr)
     if not rows or rows[0]["name"] != sr:
         raise errors.Sr_not_attached(sr)
-    srmod.check_sr_row(sr, rows[0])
-    return _listed(_vdi_rows(
-        [r for r in rows[1:] if r["type"] != "filesystem" and _in_sr(r, sr)]))
+    inventory.check_sr_row(sr, rows[0])
+    return _listed(meta.vdi_rows(
+        [r for r in rows[1:] if r["type"] != "filesystem" and meta.in_sr(r, sr)]))
 
 
 def _listed(rows):
@@ -213,7 +143,7 @@ def _listed(rows):
 
 
 def _find_in(rows, key):
-    for row in _vdi_rows(rows):
+    for row in meta.vdi_rows(rows):
         if row[meta.VDI_UUID] == key:
             return row
     raise errors.Volume_does_not_exist(key)
@@ -224,127 +154,21 @@ def find(sr, key):
 
     A live VDI is found by name in one command; a snapshot VDI needs the
     SR's listing, since its parent is not known from the key (and so does
-    a stand-in: see _is_stand_in).
+    a stand-in: see meta.is_stand_in).
     """
     if not names.is_uuid(key):
         raise errors.Volume_does_not_exist(key)
     try:
         row = zfs.get_one(meta.vdi_dataset(sr, key), meta.VOLUME_COLUMNS,
                           types="volume")
-        if _is_vdi(row):
+        if meta.is_vdi(row):
             return row
     except errors.DatasetNotFound:
         pass
     # -r lists every snapshot below the SR: a copy deeper down (zfs send |
     # recv into a child dataset) carries the same properties, so keep to
     # the SR's own zvols, as SR.ls does
-    return _find_in([r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
-                     if _in_sr(r, sr)], key)
-
-
-# --- garbage: hidden parents and internal snapshots ---------------------------
-
-def _is_foreign(row):
-    """A snapshot zfs-ng did not take (an admin's): never touched."""
-    name = meta.object_uuid(row["name"])
-    return _is_snapshot(row) and not _is_internal(row) and \
-        name != meta.NONPERSISTENT_SNAPSHOT and \
-        row.get(meta.VDI_UUID) != name
-
-
-def _has_dependents(volume, rows):
-    """Whether anything still needs the zvol: one of its snapshots is a
-    VDI, has clones, or is an admin's own."""
-    return any(_is_snapshot(r) and _parent(r) == volume and
-               (_is_vdi(r) or _clones(r) or _is_foreign(r)) for r in rows)
-
-
-def _garbage(rows):
-    """[(action, dataset)] that collect should do now."""
-    actions = []
-    for row in rows:
-        if _is_hidden(row) and not _has_dependents(row["name"], rows):
-            actions.append(("destroy", row["name"]))
-        elif _is_internal(row) and not _clones(row):
-            actions.append(("destroy", row["name"]))
-        elif _is_internal(row) and row.get("defer_destroy") != "on":
-            actions.append(("defer", row["name"]))
-    return actions
-
-
-def collect(sr, rows=None):
-    """Free what nothing needs any more, until nothing is left to free.
-
-    Destroying a hidden zvol can free its own hidden parent (the origin of
-    its origin snapshot), hence the rounds. Caller holds the SR lock.
-    """
-    for _ in range(COLLECT_ROUNDS):
-        rows = _list(sr) if rows is None else rows
-        actions = _garbage(rows)
-        if not actions:
-            return
-        for action, name in actions:
-            log.info("collect: %s %s", action, name)
-            try:
-                zfs.destroy(name, recursive=(action == "destroy" and
-                                             "@" not in name),
-                            defer=(action == "defer"))
-            except errors.DatasetNotFound:
-                pass  # freed by ZFS itself (deferred) meanwhile
-        rows = None
-    log.warning("collect: still work left after %d rounds", COLLECT_ROUNDS)
-
-
-FOREIGN_COLUMNS = ["name", "type", "defer_destroy", meta.VDI_UUID,
-                   meta.DATAPATH_CLONE]
-
-
-def _made_by_zfsng(row, sr):
-    """Whether a dataset, snapshot or bookmark below the SR dataset is
-    zfs-ng's own: a zvol <sr>/<uuid> carrying a vdi value (a VDI, a hidden
-    parent awaiting collection, a zvol the datapath set aside), a datapath
-    clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots, snapshots
-    being freed (deferred), internal and reset-point snapshots. Anything
-    else (filesystems, other zvols, the admin's snapshots, bookmarks) is
-    not."""
-    parent, _, last = _parent(row).rpartition("/")
-    if parent != sr:
-        return False
-    if row["type"] == "volume":
-        if names.is_uuid(last):
-            return bool(row.get(meta.VDI_UUID))
-        return last.endswith(".ro") and names.is_uuid(last[:-3]) and \
-            row.get(meta.DATAPATH_CLONE) is not None
-    if row["type"] != "snapshot":
-        return False
-    return _is_vdi(row) or _is_internal(row) or \
-        row.get("defer_destroy") == "on" or \
-        meta.object_uuid(row["name"]) == meta.NONPERSISTENT_SNAPSHOT
-
-
-def _below(name, parent):
-    return name.startswith(parent + "/") or name.startswith(parent + "@") \
-        or name.startswith(parent + "#")
-
-
-def other_data(sr):
-    """The datasets, snapshots and bookmarks below the SR dataset that
-    zfs-ng did not make, outermost only (what is below one of them is not
-    named again). SR.destroy refuses while there is any: destroying the
-    pool or the SR dataset would destroy them."""
-    found = []
-    for row in zfs.list_datasets(sr, FOREIGN_COLUMNS, types="all"):
-        if row["name"] == sr or _made_by_zfsng(row, sr) or \
-                any(_below(row["name"], f) for f in found):
-            continue
-        found.append(row["name"])
-    return found
-
-
-def _needs_collect(rows):
-    return any(_is_hidden(r) or (_is_internal(r) and
-                                 r.get("defer_destroy") != "on")
-               for r in rows)
+    return _find_in(inventory.rows(sr), key)
 
 
 # --- the methods ---------------------------------------------------------------
@@ -364,7 +188,7 @@ def create(dbg, sr, name, description, size, sharable):
     if size <= 0:
         raise errors.InvalidArgument("size must be positive, got %d" % size)
     with lock.sr_lock(sr):
-        row = srmod.sr_row(sr)
+        row = inventory.sr_row(sr)
         block = int(row[meta.SR_VOLBLOCKSIZE])
         rounded = _checked_size(size, block)
         key = names.new_uuid()
@@ -380,16 +204,16 @@ def create(dbg, sr, name, description, size, sharable):
 
 @wire.method("Volume.stat")
 def stat(dbg, sr, key):
-    srmod.sr_row(sr)
+    inventory.sr_row(sr)
     return _to_volume(find(sr, key))
 
 
 @wire.method("Volume.snapshot")
 def snapshot(dbg, sr, key):
     with lock.sr_lock(sr):
-        srmod.sr_row(sr)
+        inventory.sr_row(sr)
         row = find(sr, key)
-        if _is_snapshot(row):
+        if meta.is_snapshot(row):
             raise errors.InvalidArgument(
                 "VDI %s is a snapshot; snapshot its parent, or clone it "
                 "first" % key)
@@ -406,7 +230,7 @@ def snapshot(dbg, sr, key):
 @wire.method("Volume.clone")
 def clone(dbg, sr, key):
     with lock.sr_lock(sr):
-        row = srmod.sr_row(sr)
+        row = inventory.sr_row(sr)
         thick = row[meta.SR_PROVISIONING] == "thick"
         source = find(sr, key)
         new = names.new_uuid()
@@ -416,7 +240,7 @@ def clone(dbg, sr, key):
                            source.get(meta.VDI_SHARABLE) == "true")
         if thick:
             props["refreservation"] = "auto"
-        if _is_snapshot(source):
+        if meta.is_snapshot(source):
             log.info("clone %s -> %s", source["name"], dataset)
             zfs.clone(source["name"], dataset, props)
         else:
@@ -446,30 +270,31 @@ def _discard(snapshot):
 @wire.method("Volume.destroy")
 def destroy(dbg, sr, key):
     with lock.sr_lock(sr):
-        srmod.sr_row(sr)
-        rows = _list(sr)
-        pending = _needs_collect(rows)
+        inventory.sr_row(sr)
+        rows = inventory.rows(sr)
+        pending = collect.needed(rows)
         try:
             row = _find_in(rows, key) if names.is_uuid(key) else None
         except errors.Volume_does_not_exist:
             row = None
         if row is None:
             log.info("%s is already gone", key)  # xapi repeats destroys
-        elif _is_snapshot(row):
+        elif meta.is_snapshot(row):
+            deferred = bool(meta.clones_of(row))
             log.info("destroying snapshot %s%s", row["name"],
-                     " (deferred: it has clones)" if _clones(row) else "")
-            zfs.destroy(row["name"], defer=bool(_clones(row)))
-        elif _has_dependents(row["name"], rows):
+                     " (deferred: it has clones)" if deferred else "")
+            zfs.destroy(row["name"], defer=deferred)
+        elif meta.has_dependents(row["name"], rows):
             log.info("hiding %s: snapshots or clones still need it",
                      row["name"])
             zfs.set_props(row["name"], {meta.VDI_UUID: meta.HIDDEN})
         else:
             log.info("destroying %s", row["name"])
             zfs.destroy(row["name"], recursive=True)
-        if row is not None and not _is_snapshot(row):
+        if row is not None and not meta.is_snapshot(row):
             pending = _hide_set_aside(rows, key, row["name"]) or pending
         if pending:  # a hidden parent may be free now, or a crash left work
-            collect(sr)
+            collect.collect(sr)
     return None
 
 
@@ -477,7 +302,7 @@ def _hide_set_aside(rows, key, name):
     """Hide the zvol a reset set aside and a crash left still carrying the
     destroyed VDI's uuid (zfsng_datapath/reset.py, state S2): no datapath
     call will finish that reset now. Whether there was one."""
-    found = [r["name"] for r in rows if not _is_snapshot(r) and
+    found = [r["name"] for r in rows if not meta.is_snapshot(r) and
              r["name"] != name and r.get(meta.VDI_UUID) == key]
     for other in found:
         log.info("hiding %s, set aside by an interrupted reset of %s",
@@ -489,9 +314,9 @@ def _hide_set_aside(rows, key, name):
 @wire.method("Volume.resize")
 def resize(dbg, sr, key, new_size):
     with lock.sr_lock(sr):
-        srmod.sr_row(sr)
+        inventory.sr_row(sr)
         row = find(sr, key)
-        if _is_snapshot(row):
+        if meta.is_snapshot(row):
             raise errors.InvalidArgument(
                 "VDI %s is a read-only snapshot and cannot be resized" % key)
         size = _checked_size(new_size, int(row["volblocksize"]))
@@ -530,7 +355,7 @@ def _restore_size(name, size):
 def _update(sr, key, change):
     """Read-modify-write of one VDI's properties under the SR lock."""
     with lock.sr_lock(sr):
-        srmod.sr_row(sr)
+        inventory.sr_row(sr)
         row = find(sr, key)
         zfs.set_props(row["name"], change(row))
 

@@ -11,7 +11,6 @@ for an option.
 """
 
 import re
-import time
 
 from zfsng import errors, log, runner
 
@@ -74,19 +73,13 @@ def run(argv, retry_busy=True, stdin_text=None):
     creation, a pool still syncing), and everything else would fail again.
     """
     _check_args(argv)
-    delay = BUSY_DELAY
-    for attempt in range(BUSY_RETRIES if retry_busy else 1):
-        result = runner.run(argv, stdin_text)
-        if result.rc == 0:
-            return result.out
-        exc = _classify(result)
-        if not isinstance(exc, errors.DatasetBusy) or \
-                attempt == BUSY_RETRIES - 1 or not retry_busy:
-            raise exc
-        log.info("busy, retrying in %.1fs: %s", delay, " ".join(argv))
-        time.sleep(delay)
-        delay *= 2
-    raise exc  # pragma: no cover - loop always returns or raises
+    result = runner.run_retried(
+        argv, lambda r: isinstance(_classify(r), errors.DatasetBusy),
+        BUSY_RETRIES if retry_busy else 1, BUSY_DELAY, backoff=2,
+        stdin_text=stdin_text)
+    if result.rc == 0:
+        return result.out
+    raise _classify(result)
 
 
 def zfs(*args, **kwargs):

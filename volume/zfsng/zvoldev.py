@@ -1,4 +1,7 @@
-"""The zvol's device node: wait for it, and prove it is the zvol.
+"""A zvol's device node, which udev makes: wait for it, and prove it is
+the zvol. The one place that waits for udev (``settle``): SR.attach waits
+for every zvol's link after an import, the datapath for the one it hands
+out.
 
 udev makes ``/dev/zvol/<dataset>`` asynchronously after a zvol (or a clone)
 appears, after a pool import, after a rename. A link can also be stale for
@@ -19,18 +22,23 @@ import re
 import time
 
 from zfsng import log, runner
-
-from zfsng_datapath.errors import DeviceNotReady
+from zfsng.errors import DeviceNotReady
 
 DEV_DIR = "/dev"
 DEV_ZVOL = "/dev/zvol"
 # zvol_id is a udev helper, not on PATH: /lib/udev (OpenZFS 2.1 packages,
 # Debian), /usr/lib/udev (2.2+, XCP-ng's usrmerged layout).
 ZVOL_ID_PATHS = ("/usr/lib/udev/zvol_id", "/lib/udev/zvol_id")
-TIMEOUT = 30.0     # seconds, the bound on the whole wait
+TIMEOUT = 30.0     # seconds, the bound on a whole wait
 POLL = 0.2         # seconds between two looks
 SETTLE_MAX = 5     # seconds: one udevadm settle at most this long
 _ZD_RE = re.compile(r"^zd[0-9]+\Z")
+
+
+def settle(timeout):
+    """``udevadm settle``: returns once udev has handled every queued
+    event, or after timeout seconds (whole, at least 1): the bound."""
+    runner.run(["udevadm", "settle", "--timeout=%d" % max(1, int(timeout))])
 
 
 def link(dataset):
@@ -107,10 +115,22 @@ def wait(dataset, timeout=None):
                 % (dataset, int(timeout), reason))
         # settle returns when udev's queue is empty (or at its timeout):
         # the zvol's own event is then handled, or not queued yet
-        runner.run(["udevadm", "settle", "--timeout=%d" % max(
-            1, min(SETTLE_MAX, int(left + 0.999)))])
+        settle(min(SETTLE_MAX, int(left + 0.999)))
         settled = True
         real, reason = check(dataset)
         if real:
             return real
         time.sleep(min(POLL, max(0.0, deadline - time.time())))
+
+
+def wait_for_links(datasets, timeout=TIMEOUT):
+    """Wait, bounded, until udev made the link of every zvol of datasets
+    (after an import they appear asynchronously); a link still missing is
+    logged, not fatal: the datapath waits for it again (``wait``)."""
+    if not datasets:
+        return
+    settle(timeout)
+    missing = [d for d in datasets if not os.path.exists(link(d))]
+    if missing:
+        log.warning("after %ds, no /dev/zvol link yet for %s",
+                    int(timeout), ", ".join(missing))

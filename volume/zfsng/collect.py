@@ -1,0 +1,95 @@
+"""The collector: frees what nothing needs any more, and finishes what a
+crash left between two commands. The only place that destroys datasets
+nobody asked to destroy.
+
+What it frees (the kinds are ``meta``'s):
+- a hidden parent once it has no dependents (no snapshot VDI, no clone,
+  no admin's snapshot); destroying one can free its own hidden parent, the
+  origin of its origin snapshot, hence the rounds;
+- an internal snapshot without its clone (the clone was never made, or is
+  gone), and one that lost its deferred-destroy mark (a crash between
+  ``zfs clone`` and ``zfs destroy -d``) gets it back;
+- a datapath clone no state file of this host uses (``sweep_clones``: the
+  datapath passes the clones its state files name).
+Snapshots destroyed deferred are freed by ZFS itself with their last clone.
+
+The volume plugin runs ``collect`` at SR.attach and at Volume.destroy
+whenever the SR holds anything hidden or half-done; the datapath runs
+``sweep_clones`` at attach, detach, open and close. Callers hold the SR
+lock.
+"""
+
+from zfsng import errors, inventory, log, meta, zfs
+
+ROUNDS = 64  # bound on cascades (a chain of hidden parents)
+
+
+def garbage(rows):
+    """[(action, dataset)] that collect should do now: "destroy" or
+    "defer" (``zfs destroy -d``)."""
+    actions = []
+    for row in rows:
+        if meta.is_hidden(row) and \
+                not meta.has_dependents(row["name"], rows):
+            actions.append(("destroy", row["name"]))
+        elif meta.is_internal(row) and not meta.clones_of(row):
+            actions.append(("destroy", row["name"]))
+        elif meta.is_internal(row) and row.get("defer_destroy") != "on":
+            actions.append(("defer", row["name"]))
+    return actions
+
+
+def needed(rows):
+    """Whether the SR holds anything collect may have to free."""
+    return any(meta.is_hidden(r) or (meta.is_internal(r) and
+                                     r.get("defer_destroy") != "on")
+               for r in rows)
+
+
+def collect(sr, rows=None):
+    """Free what nothing needs any more, until nothing is left to free.
+    rows: the SR's listing (inventory.rows), if the caller has it."""
+    for _ in range(ROUNDS):
+        rows = inventory.rows(sr) if rows is None else rows
+        actions = garbage(rows)
+        if not actions:
+            return
+        for action, name in actions:
+            log.info("collect: %s %s", action, name)
+            try:
+                zfs.destroy(name, recursive=(action == "destroy" and
+                                             "@" not in name),
+                            defer=(action == "defer"))
+            except errors.DatasetNotFound:
+                pass  # freed by ZFS itself (deferred) meanwhile
+        rows = None
+    log.warning("collect: still work left after %d rounds", ROUNDS)
+
+
+def sweep_clones(sr, in_use, freed=False):
+    """Destroy the datapath clones of sr not in in_use, whatever boot made
+    them (a detach that failed to destroy its clone, a host crash that
+    skipped detach), then, if a clone went (freed: the caller destroyed
+    one already), collect what it kept alive: a hidden parent. The pool is
+    imported on this host only, and a clone being made is named by a state
+    file first, so in_use is complete. Never raises: the next call
+    retries."""
+    try:
+        found = zfs.find_local(meta.DATAPATH_CLONE, sr, types="volume")
+    except errors.StorageError as exc:
+        log.warning("cannot list datapath clones of %s: %s", sr, exc.message)
+        return
+    for name, _ in found:
+        if name in in_use or name.rsplit("/", 1)[0] != sr:
+            continue
+        log.info("destroying %s, a datapath clone no attach uses", name)
+        try:
+            zfs.destroy(name)
+            freed = True
+        except errors.StorageError as exc:
+            log.warning("could not destroy %s: %s", name, exc.message)
+    if freed:
+        try:
+            collect(sr)
+        except errors.StorageError as exc:
+            log.warning("collect %s: %s", sr, exc.message)

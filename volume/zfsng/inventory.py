@@ -1,0 +1,36 @@
+"""Reading the pool through the model: is a dataset a zfs-ng SR, and what
+the SR holds. The I/O half of ``meta`` (which only judges rows): both
+plugins, the SR and Volume methods and the collector read an SR here, so
+none of them needs another's module to do it.
+"""
+
+from zfsng import errors, meta, names, zfs
+
+
+def sr_row(sr):
+    """meta.SR_COLUMNS (and type) of an attached SR, or raise
+    Sr_not_attached."""
+    try:
+        names.check_dataset_name(sr)
+    except errors.InvalidConfiguration:
+        raise errors.Sr_not_attached(sr)
+    try:
+        row = zfs.get_one(sr, meta.SR_COLUMNS + ["type"])
+    except (errors.DatasetNotFound, errors.PoolNotFound):
+        raise errors.Sr_not_attached(sr)
+    return check_sr_row(sr, row)
+
+
+def check_sr_row(sr, row):
+    """row if it is the listing of sr's own SR dataset (meta.is_sr_root),
+    else raise Sr_not_attached."""
+    if not meta.is_sr_root(sr, row):
+        raise errors.Sr_not_attached(sr)
+    return row
+
+
+def rows(sr):
+    """meta.VOLUME_COLUMNS of every zvol and snapshot directly under the
+    SR, from one ``zfs list``."""
+    return [r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
+            if meta.in_sr(r, sr)]
