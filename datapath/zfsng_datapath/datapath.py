@@ -1,6 +1,6 @@
 """Datapath.*: a zvol to a guest through tapdisk (raw), or to dom0 directly.
 
-The calls, as xapi makes them for one VBD (shared/smapiv3.md):
+The calls, as xapi makes them for one VBD (xapi-storage-script main.ml):
   open(persistent)       at VM start (epoch_begin), for every VDI
   attach(domain)         -> XenDisk (tapdisk's device, backend vbd3) for a
                             guest, plus a BlockDevice (the zvol); a dom0

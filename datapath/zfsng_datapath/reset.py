@@ -186,8 +186,7 @@ def _hide_and_promote(target, aside):
 def _retire(target, clone):
     """Step 5: the reset point, which the hidden zvol now depends on,
     becomes an internal snapshot named after it, destroyed deferred."""
-    internal = "%s@%s%s" % (target.head, meta.INTERNAL_SNAPSHOT,
-                            meta.object_uuid(clone))
+    internal = meta.internal_snapshot(target.head, meta.object_uuid(clone))
     log.info("%s: the reset point is now %s, freed with %s",
              target.head, internal, clone)
     zfs.rename(meta.reset_point(target.head), internal)

@@ -54,26 +54,9 @@ reasons:
   whose own sync semantics (ZIL, ``sync=``) then apply;
 - SMAPIv1 does the same for block-device SRs (blktap2.py keeps O_DIRECT
   except for file SRs, where it trades it for read caching).
-What was measured here is the choice tapdisk's open makes, on the zvol it
-gets (the benchmarks measure the whole path through tapdisk): fio
-on /dev/zvol/<vol> (volblocksize 16K, lz4, QEMU TCG guest, so absolute
-numbers are low), OpenZFS 2.1.11 / 2.3.2, each job ``fio --direct=1|0
---ioengine=libaio --iodepth=16 (4M) or 32 (4k) --runtime=12 --time_based
---end_fsync=1`` after a 400M fill:
-
-    job                    O_DIRECT              buffered
-    4M sequential write    16.2 / 20.3 MiB/s     8.8 / 7.6 MiB/s
-    4M sequential read     193 / 197 MiB/s       97.6 / 99.0 MiB/s
-    4k random read, qd32   3026 / 2147 IOPS      380 / 567 IOPS
-    4k random write, qd32  961 / 664 IOPS        2248 / 2760 IOPS, but
-                                                 acknowledged from dom0's
-                                                 page cache, not by ZFS
-
-Buffered I/O halves sequential throughput (one more copy, through the page
-cache) and cuts random reads by 4-8x (most likely readahead of pages the
-guest did not ask for, of data the ARC already holds); its only "gain" is
-random writes completed before they reach ZFS, which is exactly the
-durability tapdisk must not fake. Hence O_DIRECT.
+Measured on a zvol in the test guest, buffered I/O halved sequential
+throughput, cut 4k random reads by 4-8x, and "gained" only random writes
+acknowledged before ZFS had them (README.md, Datapath: the figures).
 """
 
 import errno

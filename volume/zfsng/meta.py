@@ -311,6 +311,11 @@ def made_by_zfsng(row, sr):
 CLONE_SUFFIX = ".ro"
 
 
+def internal_snapshot(zvol, clone_uuid):
+    """The snapshot zfs-ng takes of a live zvol to clone it."""
+    return "%s@%s%s" % (zvol, INTERNAL_SNAPSHOT, clone_uuid)
+
+
 def reset_point(zvol):
     """A non-persistent VDI's reset point."""
     return "%s@%s" % (zvol, NONPERSISTENT_SNAPSHOT)

@@ -244,8 +244,7 @@ def clone(dbg, sr, key):
             log.info("clone %s -> %s", source["name"], dataset)
             zfs.clone(source["name"], dataset, props)
         else:
-            internal = "%s@%s%s" % (source["name"], meta.INTERNAL_SNAPSHOT,
-                                    new)
+            internal = meta.internal_snapshot(source["name"], new)
             log.info("clone live %s via %s -> %s", source["name"], internal,
                      dataset)
             zfs.snapshot(internal)
