@@ -27,31 +27,21 @@ third_party=${ZFSNG_THIRD_PARTY:-$src/../shared/third_party}
 start=$SECONDS
 log() { echo "[blktap-image +$((SECONDS - start))s] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (loop mount, chroot)"
 
-hash=$(cat "${BASH_SOURCE[0]}" "$recipe/sources" "$recipe"/*.patch |
+hash=$(cat "${BASH_SOURCE[0]}" "$here/lib.sh" "$recipe/sources" "$recipe"/*.patch |
     sha256sum | cut -c1-12)
 cache_root=$(dirname "$base")
 final="$base-blktap-$hash"
 
-complete() {
-    [ -s "$1/rootfs.img" ] && [ -s "$1/vmlinuz" ] && [ -s "$1/initrd.img" ] && [ -s "$1/info" ]
-}
-if complete "$final"; then
+if image_complete "$final"; then
     echo "$final"
     exit 0
 fi
-
-exec 9>"$final.lock"
-if ! flock -n 9; then
-    log "another build of $final is running; waiting for it"
-    flock 9
-fi
-if complete "$final"; then
-    echo "$final"
-    exit 0
-fi
+one_builder "$final.lock" "$final"
 
 # --- the sources, checked ----------------------------------------------------
 downloads=$cache_root/sources
@@ -84,30 +74,7 @@ done <"$recipe/sources"
 
 # --- a copy of the base image, mounted --------------------------------------
 work=$(mktemp -d "$cache_root/.build-blktap.XXXXXX")
-root=$work/root
-mounted=()
-unmount_all() {
-    local i
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-        umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null || true
-    done
-    mounted=()
-}
-cleanup() {
-    unmount_all
-    if grep -q " $work/" /proc/mounts; then
-        log "leaving $work: something is still mounted under it"
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-mnt() { mount "$@"; mounted+=("${*: -1}"); }
-in_root() {
-    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-        LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
-}
+work_area "$work"
 
 log "copying $base"
 cp --sparse=always "$base/rootfs.img" "$work/rootfs.img"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build (once, cached) a Debian bookworm guest image with real OpenZFS for the
 # "real ZFS" test layer: no ZFS module can load on the CI host, but a QEMU TCG
-# guest can run one (see design.md, "Testing: three layers").
+# guest can run one (README.md, "Testing").
 #
 #   build-image.sh <2.1|2.3>
 #
@@ -27,21 +27,19 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 start=$SECONDS
 log() { echo "[build-image $ver +$((SECONDS - start))s] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot, mounts)"
 
 # The cache key: everything that defines the image. run.sh is not part of it:
 # changing how the guest is booted needs no rebuild.
-hash=$( { cat "$here/build-image.sh" "$here/zfsng-guest-init"; echo "zfs=$ver"; } |
+hash=$( { cat "$here/build-image.sh" "$here/lib.sh" "$here/zfsng-guest-init"; echo "zfs=$ver"; } |
     sha256sum | cut -c1-12)
 cache_root=${ZFSNG_GUEST_CACHE:-/var/cache/zfs-ng-guest}
 final="$cache_root/zfs-$ver-$hash"
 
-complete() {
-    [ -s "$1/rootfs.img" ] && [ -s "$1/vmlinuz" ] && [ -s "$1/initrd.img" ] && [ -s "$1/info" ]
-}
-
-if complete "$final"; then
+if image_complete "$final"; then
     echo "$final"
     exit 0
 fi
@@ -61,15 +59,7 @@ fi
 
 # --- one builder per image: concurrent callers wait, then reuse ------------
 mkdir -p "$cache_root"
-exec 9>"$cache_root/zfs-$ver-$hash.lock"
-if ! flock -n 9; then
-    log "another build of $final is running; waiting for it"
-    flock 9
-fi
-if complete "$final"; then
-    echo "$final"
-    exit 0
-fi
+one_builder "$cache_root/zfs-$ver-$hash.lock" "$final"
 
 # --- the Debian mirror: from the host's apt configuration ------------------
 # deb822 stanzas (*.sources) whose Suites list "bookworm", or one-line
@@ -99,32 +89,7 @@ log "mirror $mirror; building $final"
 # --- work area, cleaned up on any exit --------------------------------------
 # Built beside the cache entry (same filesystem) so the final rename is atomic.
 work=$(mktemp -d "$cache_root/.build-zfs-$ver-$hash.XXXXXX")
-root="$work/root"
-mounted=()
-unmount_all() {
-    local i
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-        umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null || true
-    done
-    mounted=()
-}
-cleanup() {
-    unmount_all
-    # Never rm -rf through a mount point still alive (proc, sys, dev/pts).
-    if grep -q " $work/" /proc/mounts; then
-        log "leaving $work: something is still mounted under it"
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-mnt() { mount "$@"; mounted+=("${*: -1}"); }
-in_root() {
-    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-        LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
-}
+work_area "$work"
 
 # --- debootstrap -------------------------------------------------------------
 log "debootstrap bookworm (minbase, main+contrib)"

@@ -87,7 +87,7 @@ def dd_write(path, data):
                            "oflag=direct", "conv=fsync,notrunc",
                            "status=none"],
                           input=data, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE)
+                          stderr=subprocess.PIPE, timeout=300)
     return proc.returncode, proc.stderr.decode()
 
 
@@ -96,7 +96,8 @@ def dd_hash(path, size=DATA):
     proc = subprocess.run(["dd", "if=" + path, "bs=1M",
                            "count=%d" % (size // MiB), "iflag=direct",
                            "status=none"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
     assert len(proc.stdout) == size
     return hashlib.sha256(proc.stdout).hexdigest()
