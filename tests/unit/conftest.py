@@ -63,24 +63,34 @@ def isolated(run_dir, monkeypatch, tmp_path):
     runner.set_runner(old)
 
 
-@pytest.fixture
-def fake():
-    """A FakeZfs host with four blank 10 GiB disks /dev/sdb../dev/sde."""
-    host = fakezfs.FakeZfs()
-    for name in "bcde":
-        host.add_disk("/dev/sd" + name)
-    old = runner.set_runner(host)
-    yield host
-    runner.set_runner(old)
-    assert not host.unknown, "argv forms the fake does not know: %r" % (
-        host.unknown,)
-    for argv in host.calls:
-        # argv lists, never a shell: a bare program name first, and no
-        # option-looking word after "--".
-        assert argv[0] in PROGRAMS, argv
+def assert_argv_lists(calls, programs):
+    """Every command ran as an argv list, never through a shell: a bare
+    program name from programs first, and after "--", where only names
+    belong, no word that looks like an option."""
+    for argv in calls:
+        assert argv[0] in programs, argv
         if "--" in argv:
             after = argv[argv.index("--") + 1:]
             assert not [a for a in after if a.startswith("-")], argv
+
+
+def check_fake_host(host):
+    """The checks the ``fake`` fixture makes when its test ends, for the
+    tests that make hosts of their own: only argv forms the fake knows
+    (any other would pass untested), and argv lists only."""
+    assert not host.unknown, "argv forms the fake does not know: %r" % (
+        host.unknown,)
+    assert_argv_lists(host.calls, PROGRAMS)
+
+
+@pytest.fixture
+def fake():
+    """A FakeZfs host with four blank 10 GiB disks /dev/sdb../dev/sde."""
+    host = fakezfs.FakeZfs.with_disks()
+    old = runner.set_runner(host)
+    yield host
+    runner.set_runner(old)
+    check_fake_host(host)
 
 
 def handlers():

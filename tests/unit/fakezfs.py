@@ -283,6 +283,16 @@ class FakeZfs(object):
         # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).
         self.user_value_cap = None
 
+    @classmethod
+    def with_disks(cls):
+        """A host with four blank 10 GiB disks /dev/sdb../dev/sde: the one
+        every unit test starts from, so that device names in the tests
+        mean the same disks everywhere."""
+        host = cls()
+        for name in "bcde":
+            host.add_disk("/dev/sd" + name)
+        return host
+
     # --- the runner interface ------------------------------------------------
 
     def __call__(self, argv, stdin_text=None):
@@ -569,6 +579,14 @@ class FakeZfs(object):
             if pool.name == name and pool.state == "ACTIVE":
                 return pool
         return None
+
+    def _open_pool(self, name):
+        """The imported pool called name, or the error every zpool command
+        that opens a pool by name gives (libzfs zpool_open)."""
+        pool = self._active_pool(name)
+        if pool is None:
+            raise CommandError("cannot open '%s': no such pool" % name)
+        return pool
 
     def _lookup(self, name, errprefix=None):
         """(pool, dataset) of an imported dataset, or CommandError."""
@@ -1056,12 +1074,7 @@ class FakeZfs(object):
                              columns != ["name"]):
             raise _Unknown()
         if args:
-            pools = []
-            for name in args:
-                pool = self._active_pool(name)
-                if pool is None:
-                    raise CommandError("cannot open '%s': no such pool" % name)
-                pools.append(pool)
+            pools = [self._open_pool(name) for name in args]
         else:
             pools = sorted((p for p in self.pools if p.state == "ACTIVE"),
                            key=lambda p: p.name)
@@ -1422,9 +1435,7 @@ class FakeZfs(object):
         opts, args = self._getopt(argv, 2, "")
         if len(args) != 1:
             raise _Unknown()
-        pool = self._active_pool(args[0])
-        if pool is None:
-            raise CommandError("cannot open '%s': no such pool" % args[0])
+        pool = self._open_pool(args[0])
         if pool.label_name:                  # read-only, renamed
             self._rename_pool(pool, pool.label_name, labels=False)
             pool.label_name = None
@@ -1435,9 +1446,7 @@ class FakeZfs(object):
         opts, args = self._getopt(argv, 2, "")
         if len(args) != 1:
             raise _Unknown()
-        pool = self._active_pool(args[0])
-        if pool is None:
-            raise CommandError("cannot open '%s': no such pool" % args[0])
+        pool = self._open_pool(args[0])
         if pool.readonly:
             raise CommandError("cannot destroy '%s': pool is read-only"
                                % pool.name)
@@ -1479,9 +1488,7 @@ class FakeZfs(object):
         if sorted(opts) not in ([("P", None)], [("P", None), ("x", None)]) \
                 or len(args) != 1:
             raise _Unknown()
-        pool = self._active_pool(args[0])
-        if pool is None:
-            raise CommandError("cannot open '%s': no such pool" % args[0])
+        pool = self._open_pool(args[0])
         text = self._status_text(pool)
         if ("x", None) in opts and "\nstatus: " not in text:
             # -x: a pool whose status is OK (zpool_get_status) is one line
@@ -1495,13 +1502,17 @@ class FakeZfs(object):
         used = [leaf for vdev in pool.vdevs if vdev.klass != "spare"
                 for leaf in vdev.leaves]
         out = ["  pool: %s" % pool.name, " state: %s" % health]
+        # zpool status's own words (OpenZFS zpool_main.c)
+        see = "   see: https://openzfs.github.io/openzfs-docs/msg/ZFS-8000-"
+        replicas = ["\tSufficient replicas exist for the pool to continue "
+                    "functioning in a",
+                    "\tdegraded state."]
         if health in ("UNAVAIL", "FAULTED", "SUSPENDED"):
             out += ["status: One or more devices are faulted in response to "
                     "IO failures.",
                     "action: Make sure the affected devices are connected, "
                     "then run 'zpool clear'.",
-                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
-                    "ZFS-8000-HC"]
+                    see + "HC"]
         elif pool.resilvering:   # checked first by libzfs
             out += ["status: One or more devices is currently being "
                     "resilvered.  The pool will",
@@ -1514,25 +1525,17 @@ class FakeZfs(object):
                     "continue",
                     "\tfunctioning in a degraded state.",
                     "action: Replace the device using 'zpool replace'.",
-                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
-                    "ZFS-8000-4J"]
+                    see + "4J"]
         elif any(leaf.state == "FAULTED" for leaf in used):
             out += ["status: One or more devices are faulted in response to "
-                    "persistent errors.",
-                    "\tSufficient replicas exist for the pool to continue "
-                    "functioning in a",
-                    "\tdegraded state.",
+                    "persistent errors."] + replicas + [
                     "action: Replace the faulted device, or use 'zpool clear'"
                     " to mark the device",
                     "\trepaired.",
-                    "   see: https://openzfs.github.io/openzfs-docs/msg/"
-                    "ZFS-8000-K4"]
+                    see + "K4"]
         elif any(leaf.state == "OFFLINE" for leaf in used):
             out += ["status: One or more devices has been taken offline by "
-                    "the administrator.",
-                    "\tSufficient replicas exist for the pool to continue "
-                    "functioning in a",
-                    "\tdegraded state.",
+                    "the administrator."] + replicas + [
                     "action: Online the device using 'zpool online' or "
                     "replace the device with",
                     "\t'zpool replace'."]

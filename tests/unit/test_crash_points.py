@@ -1,11 +1,11 @@
 """Crash points: the plugin process killed between two zfs commands.
 
 ARCHITECTURE.md, decision 8: a crash at any step leaves a state the next call
-repairs. The seam is the runner: ``CrashAfter`` forwards to the fake and,
-right after the N-th command completes, raises ``Killed`` (a BaseException,
-so no ``except Exception`` in the plugin can swallow it, and no further
-command runs, as after a SIGKILL). The command itself did happen: its
-effect is in the pool.
+repairs. The seam is the runner: ``CrashAfter`` (crashpoint.py) forwards to
+the fake and, right after the N-th command completes, raises ``Killed`` (a
+BaseException, so no ``except Exception`` in the plugin can swallow it, and
+no further command runs, as after a SIGKILL). The command itself did
+happen: its effect is in the pool.
 
 For every N up to the number of commands the operation runs, on a fresh
 host each time: build the scenario, run the operation killed at N, then
@@ -25,74 +25,24 @@ reached xapi) is listed like any other and destroyed at the end: visible,
 so no leak (xapi's next SR.scan introduces it).
 """
 
-import contextlib
+import collections
 
 import pytest
 
-from zfsng import errors, runner
+from zfsng import errors
 
 import fakezfs
-from conftest import PROGRAMS, call, create_sr
+from conftest import call, check_fake_host, create_sr
+from crashpoint import (CrashAfter, CrashAfterCommand, Killed, commands_run,
+                        installed)
 from test_vdi_semantics import (
     GiB, assert_only_the_sr_is_left, clone, destroy, destroy_everything,
     garbage, listed, vdi_create, vdi_snapshot)
 
 
-class Killed(BaseException):
-    """The plugin process died right after a command (SIGKILL, host
-    crash)."""
-
-
-class CrashAfter(object):
-    """A runner that kills the "process" right after its n-th command."""
-
-    def __init__(self, host, n):
-        self.host, self.n, self.count, self.dead = host, n, 0, False
-
-    def __call__(self, argv, stdin_text=None):
-        if self.dead:       # a dead process runs nothing more
-            raise Killed("command after the crash: %r" % (argv,))
-        result = self.host(argv, stdin_text)
-        self.count += 1
-        if self.count == self.n:
-            self.dead = True
-            raise Killed("killed after command %d: %r" % (self.n, argv))
-        return result
-
-
-@contextlib.contextmanager
-def installed(runner_):
-    old = runner.set_runner(runner_)
-    try:
-        yield runner_
-    finally:
-        runner.set_runner(old)
-
-
-def new_host():
-    host = fakezfs.FakeZfs()
-    host.user_value_cap = None
-    for name in "bcde":
-        host.add_disk("/dev/sd" + name)
-    return host
-
-
-def check_argvs(host):
-    """What the ``fake`` fixture checks: known forms, argv lists, nothing
-    option-like after ``--``."""
-    assert not host.unknown, host.unknown
-    for argv in host.calls:
-        assert argv[0] in PROGRAMS, argv
-        if "--" in argv:
-            after = argv[argv.index("--") + 1:]
-            assert not [a for a in after if a.startswith("-")], argv
-
-
 def commands_of(host, method, args):
     """How many commands method runs (no crash)."""
-    with installed(CrashAfter(host, 0)) as counter:
-        call(method, **args)
-    return counter.count
+    return commands_run(host, lambda: call(method, **args))
 
 
 def run_killed(host, n, method, args):
@@ -105,6 +55,20 @@ def run_killed(host, n, method, args):
     return False
 
 
+def assert_every_crash_point(total, killed_at, caught=(AssertionError,)):
+    """killed_at(n) for every n from 1 to total, each on a fresh host; it
+    answers whether the kill happened. Every failing point is gathered
+    rather than the first only, so one run names all of them."""
+    failures = []
+    for n in range(1, total + 1):
+        try:
+            assert killed_at(n), "not killed at %d of %d" % (n, total)
+        except caught as exc:
+            failures.append("killed after command %d of %d: %s: %s"
+                            % (n, total, type(exc).__name__, exc))
+    assert not failures, "\n".join(failures)
+
+
 # --- scenarios ---------------------------------------------------------------
 #
 # Each builds its state through the plugin and returns a dict: the sr and
@@ -113,6 +77,19 @@ def run_killed(host, n, method, args):
 # destroy. "keep" is filled in afterwards: every listed VDI the operation
 # must not touch.
 
+class _Base(collections.namedtuple("_Base", "sr config other key")):
+    """What every scenario starts from (_base): an SR, its stored
+    device-config, an unrelated VDI (other) and the VDI the scenario works
+    on (key)."""
+
+    def operation(self, method, key, destroys=False, **args):
+        """The scenario's dict, so that each scenario says only what it
+        does: method on key (destroying it, or not) in this SR."""
+        return dict(sr=self.sr, config=self.config, other=self.other,
+                    method=method, args=dict(args, key=key),
+                    destroys=[key] if destroys else [])
+
+
 def _base(host, thick=False):
     sr, config = create_sr({"device": "/dev/sdb", "provisioning":
                             "thick" if thick else "thin"})
@@ -120,102 +97,93 @@ def _base(host, thick=False):
     vdi = vdi_create(sr, name="vm disk", description="the one", size=GiB)
     call("Volume.set", sr=sr, key=vdi["key"], k="_sm_config_x", v="kept")
     host.write("%s/%s" % (sr, vdi["key"]), 64 * 1024 * 1024)
-    return sr, config, other, vdi["key"]
+    return _Base(sr, config, other, vdi["key"])
+
+
+def _destroying_the_last(b, gone, last):
+    """Destroy the VDIs gone, in order, leaving last beside b.other (the
+    hidden chain above last stays, for last alone); the operation is
+    Volume.destroy of last."""
+    for key in gone:
+        destroy(b.sr, key)
+    assert set(listed(b.sr)) == set([b.other, last])
+    return b.operation("Volume.destroy", last, destroys=True)
 
 
 def snapshot_scenario(host):
-    sr, config, other, key = _base(host)
-    return dict(sr=sr, config=config, other=other, method="Volume.snapshot",
-                args={"key": key}, destroys=[])
+    b = _base(host)
+    return b.operation("Volume.snapshot", b.key)
 
 
 def clone_snapshot_scenario(host):
-    sr, config, other, key = _base(host)
-    snap = vdi_snapshot(sr, key)["key"]
-    return dict(sr=sr, config=config, other=other, method="Volume.clone",
-                args={"key": snap}, destroys=[])
+    b = _base(host)
+    snap = vdi_snapshot(b.sr, b.key)["key"]
+    return b.operation("Volume.clone", snap)
 
 
 def clone_live_scenario(host):
-    sr, config, other, key = _base(host)
-    return dict(sr=sr, config=config, other=other, method="Volume.clone",
-                args={"key": key}, destroys=[])
+    b = _base(host)
+    return b.operation("Volume.clone", b.key)
 
 
 def clone_live_thick_scenario(host):
-    sr, config, other, key = _base(host, thick=True)
-    return dict(sr=sr, config=config, other=other, method="Volume.clone",
-                args={"key": key}, destroys=[])
+    b = _base(host, thick=True)
+    return b.operation("Volume.clone", b.key)
 
 
 def destroy_plain_scenario(host):
-    sr, config, other, key = _base(host)
-    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
-                args={"key": key}, destroys=[key])
+    b = _base(host)
+    return b.operation("Volume.destroy", b.key, destroys=True)
 
 
 def destroy_with_dependents_scenario(host):
     """The VDI has a snapshot with a clone, and a live clone."""
-    sr, config, other, key = _base(host)
-    snap = vdi_snapshot(sr, key)["key"]
-    clone(sr, snap)
-    clone(sr, key)
-    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
-                args={"key": key}, destroys=[key])
+    b = _base(host)
+    snap = vdi_snapshot(b.sr, b.key)["key"]
+    clone(b.sr, snap)
+    clone(b.sr, b.key)
+    return b.operation("Volume.destroy", b.key, destroys=True)
 
 
 def destroy_snapshot_with_clone_scenario(host):
     """A snapshot with a clone: deferred, under a hidden parent."""
-    sr, config, other, key = _base(host)
-    snap = vdi_snapshot(sr, key)["key"]
-    clone(sr, snap)
-    destroy(sr, key)
-    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
-                args={"key": snap}, destroys=[snap])
+    b = _base(host)
+    snap = vdi_snapshot(b.sr, b.key)["key"]
+    clone(b.sr, snap)
+    destroy(b.sr, b.key)
+    return b.operation("Volume.destroy", snap, destroys=True)
 
 
 def destroy_last_dependent_scenario(host):
     """V0 hidden <- S0 deferred <- C1 hidden <- S1: destroying S1, the last
     VDI, frees C1, which frees S0, which frees V0."""
-    sr, config, other, key = _base(host)
-    s0 = vdi_snapshot(sr, key)["key"]
-    c1 = clone(sr, s0)["key"]
-    s1 = vdi_snapshot(sr, c1)["key"]
-    destroy(sr, key)
-    destroy(sr, s0)
-    destroy(sr, c1)
-    assert set(listed(sr)) == set([other, s1])
-    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
-                args={"key": s1}, destroys=[s1])
+    b = _base(host)
+    s0 = vdi_snapshot(b.sr, b.key)["key"]
+    c1 = clone(b.sr, s0)["key"]
+    s1 = vdi_snapshot(b.sr, c1)["key"]
+    return _destroying_the_last(b, [b.key, s0, c1], s1)
 
 
 def destroy_last_live_clone_scenario(host):
     """V0 hidden <- internal snapshot (deferred) <- C1 hidden <- S1
     deferred <- C2, and C1's own live clone C3 gone: destroying C2 frees
     S1, then C1, which frees the internal snapshot, then V0."""
-    sr, config, other, key = _base(host)
-    c1 = clone(sr, key)["key"]
-    s1 = vdi_snapshot(sr, c1)["key"]
-    c2 = clone(sr, s1)["key"]
-    destroy(sr, key)
-    destroy(sr, c1)
-    destroy(sr, s1)
-    assert set(listed(sr)) == set([other, c2])
-    return dict(sr=sr, config=config, other=other, method="Volume.destroy",
-                args={"key": c2}, destroys=[c2])
+    b = _base(host)
+    c1 = clone(b.sr, b.key)["key"]
+    s1 = vdi_snapshot(b.sr, c1)["key"]
+    c2 = clone(b.sr, s1)["key"]
+    return _destroying_the_last(b, [b.key, c1, s1], c2)
 
 
 def resize_scenario(host):
-    sr, config, other, key = _base(host)
-    vdi_snapshot(sr, key)
-    return dict(sr=sr, config=config, other=other, method="Volume.resize",
-                args={"key": key, "new_size": 3 * GiB}, destroys=[])
+    b = _base(host)
+    vdi_snapshot(b.sr, b.key)
+    return b.operation("Volume.resize", b.key, new_size=3 * GiB)
 
 
 def resize_thick_scenario(host):
-    sr, config, other, key = _base(host, thick=True)
-    return dict(sr=sr, config=config, other=other, method="Volume.resize",
-                args={"key": key, "new_size": 2 * GiB}, destroys=[])
+    b = _base(host, thick=True)
+    return b.operation("Volume.resize", b.key, new_size=2 * GiB)
 
 
 SCENARIOS = [snapshot_scenario, clone_snapshot_scenario, clone_live_scenario,
@@ -272,7 +240,7 @@ def check_after(host, s, before):
 def play(scenario, n, next_calls):
     """Scenario killed at command n, then next_calls, then the checks.
     Returns whether the kill happened (n within the operation)."""
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         s = scenario(host)
         before = listed(s["sr"])
@@ -285,7 +253,7 @@ def play(scenario, n, next_calls):
         check_after(host, s, before)
         destroy_everything(s["sr"])
         assert_only_the_sr_is_left(host, s["sr"])
-    check_argvs(host)
+    check_fake_host(host)
     return killed
 
 
@@ -294,20 +262,13 @@ def play(scenario, n, next_calls):
                          ids=[f.__name__[:-len("_scenario")]
                               for f in SCENARIOS])
 def test_every_crash_point_is_repaired(scenario, next_calls):
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         s = scenario(host)
         total = commands_of(host, s["method"], dict(s["args"], sr=s["sr"]))
     assert total >= 2
-    failures = []
-    for n in range(1, total + 1):
-        try:
-            assert play(scenario, n, NEXT_CALLS[next_calls]), \
-                "not killed at %d of %d" % (n, total)
-        except AssertionError as exc:
-            failures.append("killed after command %d of %d: %s"
-                            % (n, total, exc))
-    assert not failures, "\n".join(failures)
+    assert_every_crash_point(
+        total, lambda n: play(scenario, n, NEXT_CALLS[next_calls]))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS,
@@ -319,7 +280,7 @@ def test_without_a_crash(scenario):
 
 
 def test_the_seam_kills_after_the_command_ran():
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, config = create_sr()
         key = vdi_create(sr)["key"]
@@ -338,14 +299,14 @@ def test_the_seam_kills_after_the_command_ran():
         assert garbage(host, sr)
         call("SR.attach", configuration=config)
         assert garbage(host, sr) == []
-    check_argvs(host)
+    check_fake_host(host)
 
 
 def test_crash_in_collect_is_finished_by_any_later_destroy():
     """Killed in the middle of a chain's collection: hidden zvols nothing
     needs are left; the next Volume.destroy, even of a key already gone
     (xapi's retry), finishes the work."""
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         s = destroy_last_dependent_scenario(host)
         args = dict(s["args"], sr=s["sr"])
@@ -358,7 +319,7 @@ def test_crash_in_collect_is_finished_by_any_later_destroy():
         assert set(listed(s["sr"])) == set([s["other"]])
         destroy(s["sr"], s["other"])
         assert_only_the_sr_is_left(host, s["sr"])
-    check_argvs(host)
+    check_fake_host(host)
 
 
 # --- SR operations -----------------------------------------------------------
@@ -385,7 +346,7 @@ def _blank(host, disk):
 def _destroy_killed_at(n, retry):
     """A fresh SR destroyed, killed after command n; then retry. Returns
     whether the kill happened."""
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, config = create_sr(DESTROY_LAYOUT)
         killed = run_killed(host, n, "SR.destroy", {"sr": sr})
@@ -396,7 +357,7 @@ def _destroy_killed_at(n, retry):
         for disk in DISKS:
             assert _blank(host, disk), "%s not blank" % disk
         assert cleanup.load(config["pool-guid"]) is None
-    check_argvs(host)
+    check_fake_host(host)
     return killed
 
 
@@ -429,25 +390,18 @@ def _destroy_again(host, sr, config):
 @pytest.mark.parametrize("retry", [_as_xapi, _killed_again, _destroy_again],
                          ids=["attach+destroy", "killed-again", "destroy"])
 def test_sr_destroy_killed_anywhere_is_finished_by_the_retry(retry):
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, _ = create_sr(DESTROY_LAYOUT)
         total = commands_of(host, "SR.destroy", {"sr": sr})
     assert total > 5
-    failures = []
-    for n in range(1, total + 1):
-        try:
-            assert _destroy_killed_at(n, retry), "not killed at %d" % n
-        except AssertionError as exc:
-            failures.append("killed after command %d of %d: %s"
-                            % (n, total, exc))
-    assert not failures, "\n".join(failures)
+    assert_every_crash_point(total, lambda n: _destroy_killed_at(n, retry))
 
 
 def test_sr_destroy_retry_after_the_pool_is_gone_answers_attach():
     """Killed right after zpool destroy: SR.attach answers a string that
     only SR.destroy acts on; nothing else takes it for a live SR."""
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, config = create_sr(DESTROY_LAYOUT)
         with installed(CrashAfterCommand(host, ["zpool", "destroy"])):
@@ -469,7 +423,7 @@ def test_a_plan_for_a_pool_that_was_not_destroyed_touches_nothing():
     """Killed before zpool destroy, then the pool exported (xapi's
     SR.detach): an SR.destroy of the name finds the plan but the pool is
     still importable: nothing is wiped; the next attach forgets the plan."""
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, config = create_sr(DESTROY_LAYOUT)
         with installed(CrashAfterCommand(host, ["zpool", "list", "-v", "-H",
@@ -485,23 +439,6 @@ def test_a_plan_for_a_pool_that_was_not_destroyed_touches_nothing():
         assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
 
 
-class CrashAfterCommand(CrashAfter):
-    """Kill right after the first argv that starts with prefix."""
-
-    def __init__(self, host, prefix):
-        CrashAfter.__init__(self, host, None)
-        self.prefix = list(prefix)
-
-    def __call__(self, argv, stdin_text=None):
-        if self.dead:
-            raise Killed(argv)
-        result = self.host(argv, stdin_text)
-        if argv[:len(self.prefix)] == self.prefix:
-            self.dead = True
-            raise Killed(argv)
-        return result
-
-
 CREATE_CONFIG = {"vdev": "mirror /dev/sdb /dev/sdc"}
 
 
@@ -511,7 +448,7 @@ def _create(uuid):
 
 
 def _create_killed_at(n):
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         killed = False
         with installed(CrashAfter(host, n)):
@@ -528,21 +465,13 @@ def _create_killed_at(n):
         vdi = call("Volume.create", sr=sr, name="v", description="",
                    size=GiB, sharable=False)
         assert [v["key"] for v in call("SR.ls", sr=sr)] == [vdi["key"]]
-    check_argvs(host)
+    check_fake_host(host)
     return killed
 
 
 def test_sr_create_killed_anywhere_is_usable_by_a_retry_with_a_new_uuid():
-    host = new_host()
+    host = fakezfs.FakeZfs.with_disks()
     with installed(host):
-        with installed(CrashAfter(host, 0)) as counter:
-            _create(SR_UUID)
-        total = counter.count
-    failures = []
-    for n in range(1, total + 1):
-        try:
-            assert _create_killed_at(n), "not killed at %d" % n
-        except (AssertionError, errors.StorageError) as exc:
-            failures.append("killed after command %d of %d: %r"
-                            % (n, total, exc))
-    assert not failures, "\n".join(failures)
+        total = commands_run(host, lambda: _create(SR_UUID))
+    assert_every_crash_point(total, _create_killed_at,
+                             caught=(AssertionError, errors.StorageError))

@@ -9,7 +9,6 @@ idempotent; tapdisks are killed, minors freed and processes crashed between
 commands to prove every call repairs what it finds.
 """
 
-import contextlib
 import errno
 import json
 import os
@@ -35,7 +34,10 @@ from zfsng_datapath.errors import (NonpersistentResetBlocked,  # noqa: E402
 
 import fakezfs  # noqa: E402
 import faketapctl  # noqa: E402
-from conftest import call, create_sr, create_volume  # noqa: E402
+from conftest import (assert_argv_lists, call, create_sr,  # noqa: E402
+                      create_volume)
+from crashpoint import (CrashAfter, CrashAfterCommand, Killed,  # noqa: E402
+                        commands_run, installed)
 from xapi_flows import domain_of  # noqa: E402
 
 GiB, MiB = fakezfs.GiB, fakezfs.MiB
@@ -157,10 +159,7 @@ class Host(object):
         os.makedirs(os.path.join(self.dev, "zvol"))
         with open(self.zvol_id, "w"):
             pass
-        self.zfs = Zfs()
-        self.zfs.user_value_cap = None
-        for name in "bcde":
-            self.zfs.add_disk("/dev/sd" + name)
+        self.zfs = Zfs.with_disks()
         self.tap = faketapctl.FakeTapCtl()
         self.calls = []
         self.zd = {}              # zvol -> its /dev/zd<N>
@@ -231,29 +230,32 @@ class Host(object):
         return [a for a in self.calls if a[:len(prefix)] == prefix]
 
 
-@pytest.fixture
-def host(tmp_path, monkeypatch):
-    h = Host(str(tmp_path / "host"))
+def new_host(root, monkeypatch):
+    """A Host under root (a directory that exists), with the plugins'
+    device paths, timeouts, state directory and boot id pointed into it:
+    nothing a test does reaches the machine's own."""
+    h = Host(str(root / "host"))
     monkeypatch.setattr(zvoldev, "DEV_DIR", h.dev)
     monkeypatch.setattr(zvoldev, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
     monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", (h.zvol_id,))
     monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
     monkeypatch.setattr(zvoldev, "POLL", 0.01)
-    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path / "dpstate"))
-    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
+    boot = root / "boot_id"
     boot.write_text("boot-1\n")
     monkeypatch.setattr(datapath, "BOOT_ID_PATH", str(boot))
     h.boot_id = boot
+    return h
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    h = new_host(tmp_path, monkeypatch)
     old = runner.set_runner(h)
     yield h
     runner.set_runner(old)
     assert not h.zfs.unknown and not h.tap.unknown
-    for argv in h.calls:
-        # argv lists, never a shell; nothing option-like after "--"
-        assert argv[0] in PROGRAMS or argv[0] == h.zvol_id, argv
-        if "--" in argv:
-            after = argv[argv.index("--") + 1:]
-            assert not [a for a in after if a.startswith("-")], argv
+    assert_argv_lists(h.calls, PROGRAMS + (h.zvol_id,))
 
 
 def dp(method, **args):
@@ -269,6 +271,14 @@ def vdi(host):
     return sr, create_volume(sr, size=GiB, name="disk")
 
 
+@pytest.fixture
+def snap_vdi(vdi):
+    """The vdi fixture's SR and VDI, and a snapshot VDI of it: (sr, vol,
+    snap)."""
+    sr, vol = vdi
+    return sr, vol, snapshot_of(sr, vol)
+
+
 def uri_of(vol):
     return vol["uri"][0]
 
@@ -279,6 +289,12 @@ def dataset_of(vol):
 
 def snapshot_of(sr, vol):
     return call("Volume.snapshot", sr=sr, key=vol["key"])
+
+
+def ro_clone(sr, snap):
+    """The read-only clone a snapshot VDI is attached through, by the
+    name the datapath must give it: <sr>/<key>.ro, beside the VDIs."""
+    return "%s/%s.ro" % (sr, snap["key"])
 
 
 def nothing_left(host):
@@ -393,7 +409,7 @@ def test_dom0_gets_the_zvol_itself_and_no_tapdisk(host, vdi, domain):
     host.missing_tap_ctl = True
     snap = snapshot_of(sr, vol)
     for v, device in ((vol, dataset_of(vol)),
-                      (snap, "%s/%s.ro" % (sr, snap["key"]))):
+                      (snap, ro_clone(sr, snap))):
         result = dp("Datapath.attach", uri=uri_of(v), domain=domain)
         assert result == {"implementations": [
             ["BlockDevice", {"path": host.link(device)}]]}
@@ -818,9 +834,8 @@ def test_waits_for_udev(host, vdi):
     assert os.path.exists(host.link(dataset_of(vol)))
 
 
-def test_no_device_is_a_typed_error_and_leaves_nothing(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_no_device_is_a_typed_error_and_leaves_nothing(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     host.udev = "dead"
     for name in list(host.zd):
         os.unlink(host.zd.pop(name))
@@ -871,11 +886,10 @@ def test_udevadm_info_stands_in_for_a_missing_zvol_id(host, vdi,
 
 # --- snapshot VDIs -----------------------------------------------------------
 
-def test_snapshot_vdi_attaches_through_a_read_only_clone(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_snapshot_vdi_attaches_through_a_read_only_clone(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     result = dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+    clone = ro_clone(sr, snap)
     assert result == {"implementations": [
         ["BlockDevice", {"path": host.link(clone)}]]}
     props = host.zfs.local_props(clone)
@@ -891,22 +905,20 @@ def test_snapshot_vdi_attaches_through_a_read_only_clone(host, vdi):
     nothing_left(host)
 
 
-def test_snapshot_vdi_for_a_guest_is_opened_read_only(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_snapshot_vdi_for_a_guest_is_opened_read_only(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     dp("Datapath.attach", uri=uri_of(snap), domain=GUEST)
     dp("Datapath.activate", uri=uri_of(snap), domain=GUEST)   # not _readonly
     (vbd,) = host.tap.vbds()
-    assert vbd[2] == "aio:" + host.link("%s/%s.ro" % (sr, snap["key"]))
+    assert vbd[2] == "aio:" + host.link(ro_clone(sr, snap))
     assert vbd[3] is True
     full_cycle(uri_of(snap), GUEST, twice=True)
     nothing_left(host)
 
 
-def test_one_clone_serves_every_domain(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+def test_one_clone_serves_every_domain(host, snap_vdi):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     dp("Datapath.attach", uri=uri_of(snap), domain=GUEST)
     assert len(host.ran("zfs", "clone")) == 1
@@ -917,9 +929,8 @@ def test_one_clone_serves_every_domain(host, vdi):
     nothing_left(host)
 
 
-def test_destroying_an_attached_snapshot_vdi_is_deferred(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_destroying_an_attached_snapshot_vdi_is_deferred(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     call("Volume.destroy", sr=sr, key=snap["key"])
     assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
@@ -929,9 +940,8 @@ def test_destroying_an_attached_snapshot_vdi_is_deferred(host, vdi):
     nothing_left(host)
 
 
-def test_destroying_the_parent_of_an_attached_snapshot(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_destroying_the_parent_of_an_attached_snapshot(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     call("Volume.destroy", sr=sr, key=vol["key"])
     call("Volume.destroy", sr=sr, key=snap["key"])
@@ -942,12 +952,11 @@ def test_destroying_the_parent_of_an_attached_snapshot(host, vdi):
 
 
 def test_a_clone_a_detach_failed_to_destroy_goes_with_the_next_call(
-        host, vdi):
+        host, snap_vdi):
     """Same boot: the next datapath call in the SR destroys it, and the
     hidden parent it kept alive goes with it."""
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     call("Volume.destroy", sr=sr, key=snap["key"])
     call("Volume.destroy", sr=sr, key=vol["key"])
@@ -962,10 +971,9 @@ def test_a_clone_a_detach_failed_to_destroy_goes_with_the_next_call(
 
 
 @pytest.mark.parametrize("call_", ["attach", "open", "close"])
-def test_a_clone_no_state_uses_goes_whatever_its_boot(host, vdi, call_):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+def test_a_clone_no_state_uses_goes_whatever_its_boot(host, snap_vdi, call_):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     state.remove(dataset_of(snap), DOM0)     # its detach lost track of it
     if call_ == "attach":
@@ -985,16 +993,16 @@ def test_a_clone_from_an_earlier_boot_is_swept(host, vdi):
     for name in os.listdir(state.RUN_DIR):
         os.unlink(os.path.join(state.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
-    assert host.zfs.exists("%s/%s.ro" % (sr, s1["key"]))
+    assert host.zfs.exists(ro_clone(sr, s1))
     full_cycle(uri_of(s2), DOM0)
-    assert not host.zfs.exists("%s/%s.ro" % (sr, s1["key"]))
+    assert not host.zfs.exists(ro_clone(sr, s1))
     nothing_left(host)
 
 
-def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host,
+                                                                snap_vdi):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     for name in os.listdir(state.RUN_DIR):
         os.unlink(os.path.join(state.RUN_DIR, name))
@@ -1006,10 +1014,9 @@ def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host, vdi):
     nothing_left(host)
 
 
-def test_a_dataset_that_is_not_our_clone_is_never_touched(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
-    clone = "%s/%s.ro" % (sr, snap["key"])
+def test_a_dataset_that_is_not_our_clone_is_never_touched(host, snap_vdi):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
     host.zfs.admin("zfs create -V 1G %s" % clone)
     with pytest.raises(errors.DatasetExists):
         dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
@@ -1290,9 +1297,8 @@ def test_a_thick_reset_without_the_space_changes_nothing(host):
     check_kept(host, sr, vol, keep)
 
 
-def test_open_of_a_snapshot_vdi_is_a_no_op(host, vdi):
-    sr, vol = vdi
-    snap = snapshot_of(sr, vol)
+def test_open_of_a_snapshot_vdi_is_a_no_op(host, snap_vdi):
+    sr, vol, snap = snap_vdi
     mark = len(host.zfs.calls)
     dp("Datapath.open", uri=uri_of(snap), persistent=False)
     dp("Datapath.close", uri=uri_of(snap))
@@ -1308,40 +1314,8 @@ def test_open_of_a_missing_volume(host, vdi):
 
 # --- crash points ------------------------------------------------------------
 
-class Killed(BaseException):
-    pass
-
-
-class CrashAfter(object):
-    """Kill the calling "process" right after its n-th command."""
-
-    def __init__(self, host, n):
-        self.host, self.n, self.count, self.dead = host, n, 0, False
-
-    def __call__(self, argv, stdin_text=None):
-        if self.dead:
-            raise Killed(argv)
-        result = self.host(argv, stdin_text)
-        self.count += 1
-        if self.count == self.n:
-            self.dead = True
-            raise Killed(argv)
-        return result
-
-
-@contextlib.contextmanager
-def installed(r):
-    old = runner.set_runner(r)
-    try:
-        yield r
-    finally:
-        runner.set_runner(old)
-
-
 def _count(host, method, args):
-    with installed(CrashAfter(host, 0)) as counter:
-        dp(method, **args)
-    return counter.count
+    return commands_run(host, lambda: dp(method, **args))
 
 
 SEQUENCES = {
@@ -1399,18 +1373,10 @@ def test_every_crash_point_is_repaired(tmp_path, monkeypatch, name,
 
 
 def _fresh_host(root, monkeypatch):
+    """One more host in a test that needs several (one per crash point):
+    a new directory under the test's own, and the runner from now on."""
     os.makedirs(str(root))
-    h = Host(str(root / "host"))
-    monkeypatch.setattr(zvoldev, "DEV_DIR", h.dev)
-    monkeypatch.setattr(zvoldev, "DEV_ZVOL", os.path.join(h.dev, "zvol"))
-    monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", (h.zvol_id,))
-    monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
-    monkeypatch.setattr(zvoldev, "POLL", 0.01)
-    monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
-    boot = root / "boot_id"
-    boot.write_text("boot-1\n")
-    monkeypatch.setattr(datapath, "BOOT_ID_PATH", str(boot))
-    h.boot_id = boot
+    h = new_host(root, monkeypatch)
     runner.set_runner(h)
     return h
 
@@ -1421,24 +1387,6 @@ def _reset_setup(root, monkeypatch):
     sr, _ = create_sr({"device": "/dev/sdb"})
     vol = create_volume(sr, size=GiB, name="disk")
     return (h, sr) + rotation_scenario(h, sr, vol)
-
-
-class CrashAfterCommand(CrashAfter):
-    """Kill the calling "process" right after its first argv that starts
-    with prefix."""
-
-    def __init__(self, host, prefix):
-        CrashAfter.__init__(self, host, None)
-        self.prefix = list(prefix)
-
-    def __call__(self, argv, stdin_text=None):
-        if self.dead:
-            raise Killed(argv)
-        result = self.host(argv, stdin_text)
-        if argv[:len(self.prefix)] == self.prefix:
-            self.dead = True
-            raise Killed(argv)
-        return result
 
 
 def test_the_set_aside_disk_is_the_vdi_until_the_reset_is_finished(host,

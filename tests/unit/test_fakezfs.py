@@ -9,14 +9,18 @@ from fakezfs import CommandError
 
 @pytest.fixture
 def host():
-    fake = fakezfs.FakeZfs()
-    for name in "bcde":
-        fake.add_disk("/dev/sd" + name)
-    return fake
+    return fakezfs.FakeZfs.with_disks()
 
 
 def run(host, command):
     return host(command.split())
+
+
+def refusal(host, command):
+    """The error text of an admin command that must fail (CommandError)."""
+    with pytest.raises(CommandError) as info:
+        host.admin(command)
+    return info.value.err
 
 
 def test_unknown_argv_raises_and_is_remembered(host):
@@ -152,22 +156,16 @@ def test_destroy_refusals(host):
     host.admin("zfs create -s -V 1G tank/v")
     host.admin("zfs snapshot tank/v@s")
     host.admin("zfs clone tank/v@s tank/c")
-    with pytest.raises(CommandError) as info:
-        host.admin("zfs destroy tank/v")
-    assert info.value.err.startswith(
+    assert refusal(host, "zfs destroy tank/v").startswith(
         "cannot destroy 'tank/v': volume has children\nuse '-r'")
-    with pytest.raises(CommandError) as info:
-        host.admin("zfs destroy -r tank/v")
-    assert "volume has dependent clones" in info.value.err
-    with pytest.raises(CommandError) as info:
-        host.admin("zfs destroy tank/v@s")
-    assert "snapshot has dependent clones" in info.value.err
-    with pytest.raises(CommandError) as info:
-        host.admin("zfs destroy tank")
-    assert "operation does not apply to pools" in info.value.err
-    with pytest.raises(CommandError) as info:
-        host.admin("zfs destroy -d tank/v")
-    assert "not applicable to datasets of this type" in info.value.err
+    assert "volume has dependent clones" in refusal(
+        host, "zfs destroy -r tank/v")
+    assert "snapshot has dependent clones" in refusal(
+        host, "zfs destroy tank/v@s")
+    assert "operation does not apply to pools" in refusal(
+        host, "zfs destroy tank")
+    assert "not applicable to datasets of this type" in refusal(
+        host, "zfs destroy -d tank/v")
     host.admin("zfs destroy -d tank/v@s")          # deferred: has a clone
     assert host.get("tank/v@s", "defer_destroy") == "on"
     host.admin("zfs destroy tank/c")               # ... freed with it
@@ -175,25 +173,19 @@ def test_destroy_refusals(host):
 
 
 def test_zpool_create_refusals(host):
-    with pytest.raises(CommandError) as info:
-        host.admin("zpool create tank /dev/sdx")
-    assert info.value.err == ("cannot open '/dev/sdx': No such file or "
-                              "directory\n")
+    assert refusal(host, "zpool create tank /dev/sdx") == (
+        "cannot open '/dev/sdx': No such file or directory\n")
     host.add_disk("/dev/sdf", fs="ext4")
-    with pytest.raises(CommandError) as info:
-        host.admin("zpool create tank /dev/sdf")
-    assert "use '-f' to override" in info.value.err
+    assert "use '-f' to override" in refusal(host,
+                                             "zpool create tank /dev/sdf")
     host.admin("zpool create data /dev/sdb")
-    with pytest.raises(CommandError) as info:
-        host.admin("zpool create -f tank /dev/sdb")
-    assert "must be manually repaired" in info.value.err
-    assert "/dev/sdb1 is part of active pool 'data'" in info.value.err
-    with pytest.raises(CommandError) as info:
-        host.admin("zpool create data /dev/sdc")
-    assert info.value.err == "cannot create 'data': pool already exists\n"
-    with pytest.raises(CommandError) as info:
-        host.admin("zpool create tank mirror /dev/sdc")
-    assert "mirror requires at least 2 devices" in info.value.err
+    err = refusal(host, "zpool create -f tank /dev/sdb")
+    assert "must be manually repaired" in err
+    assert "/dev/sdb1 is part of active pool 'data'" in err
+    assert refusal(host, "zpool create data /dev/sdc") == (
+        "cannot create 'data': pool already exists\n")
+    assert "mirror requires at least 2 devices" in refusal(
+        host, "zpool create tank mirror /dev/sdc")
 
 
 def test_import_listing(host):

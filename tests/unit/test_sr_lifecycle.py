@@ -18,11 +18,9 @@ from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume, \
 
 
 def adopted(fake, uuid=SR_UUID, config=None):
+    """An SR on the admin's pool "data" (/dev/sdc): (sr, config)."""
     fake.admin("zpool create -m none data /dev/sdc")
-    stored = call("SR.create", uuid=uuid,
-                  configuration=config or {"zpool": "data"}, name="adopted",
-                  description="")
-    return call("SR.attach", configuration=stored), stored
+    return create_sr(config or {"zpool": "data"}, uuid=uuid, name="adopted")
 
 
 # --- attach / detach ---------------------------------------------------------
@@ -44,11 +42,12 @@ def test_detach_exports_an_owned_pool(fake):
         call("SR.stat", sr=sr)
 
 
-def test_detach_is_repeatable(fake):
+@pytest.mark.parametrize("method", ["SR.detach", "SR.destroy"])
+def test_detach_and_destroy_are_repeatable(fake, method):
     sr, _ = create_sr()
-    call("SR.detach", sr=sr)
+    call(method, sr=sr)
     mark = len(fake.calls)
-    assert call("SR.detach", sr=sr) is None
+    assert call(method, sr=sr) is None
     assert fake.mutations(since=mark) == []
 
 
@@ -255,14 +254,6 @@ def test_a_dataset_inside_an_sr_is_no_sr(fake, method):
         pass
     assert fake.mutations(since=mark) == []
     assert fake.imported() == ["tank"]
-
-
-def test_destroy_is_repeatable(fake):
-    sr, _ = create_sr()
-    call("SR.destroy", sr=sr)
-    mark = len(fake.calls)
-    assert call("SR.destroy", sr=sr) is None
-    assert fake.mutations(since=mark) == []
 
 
 def test_destroy_adopted_with_vdis_refused(fake):

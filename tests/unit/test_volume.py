@@ -286,9 +286,7 @@ def test_ls_lists_only_vdis_directly_under_the_sr(fake, sr):
 
 def test_ls_of_an_adopted_sr_shows_only_its_own(fake):
     fake.admin("zpool create -m none data /dev/sdc")
-    stored = call("SR.create", uuid=SR_UUID, configuration={"zpool": "data"},
-                  name="a", description="")
-    sr = call("SR.attach", configuration=stored)
+    sr, _ = create_sr({"zpool": "data"}, name="a")
     fake.admin("zfs create -V 1G data/adminvol")
     volume = create_volume(sr)
     assert call("SR.ls", sr=sr) == [volume]

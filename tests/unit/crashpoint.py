@@ -1,0 +1,74 @@
+"""A plugin "process" killed right after a command: the one seam the crash
+point tests of both plugins use (test_crash_points.py for the volume
+plugin, test_datapath.py for the datapath).
+
+The seam is the runner: ``CrashAfter`` and ``CrashAfterCommand`` forward
+to the host's runner and, right after the command they wait for completes,
+raise ``Killed``. The command itself did happen: its effect is on the
+host.
+"""
+
+import contextlib
+
+from zfsng import runner
+
+
+class Killed(BaseException):
+    """The plugin process died right after a command (SIGKILL, host
+    crash): a BaseException, so no ``except Exception`` in the plugin can
+    swallow it, and nothing after it runs."""
+
+
+class CrashAfter(object):
+    """A runner that kills the "process" right after its n-th command
+    (n=0: never, and ``count`` says how many ran)."""
+
+    def __init__(self, host, n):
+        self.host, self.n, self.count, self.dead = host, n, 0, False
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:       # a dead process runs nothing more
+            raise Killed("command after the crash: %r" % (argv,))
+        result = self.host(argv, stdin_text)
+        self.count += 1
+        if self.count == self.n:
+            self.dead = True
+            raise Killed("killed after command %d: %r" % (self.n, argv))
+        return result
+
+
+class CrashAfterCommand(CrashAfter):
+    """Kill the "process" right after its first argv that starts with
+    prefix."""
+
+    def __init__(self, host, prefix):
+        CrashAfter.__init__(self, host, None)
+        self.prefix = list(prefix)
+
+    def __call__(self, argv, stdin_text=None):
+        if self.dead:
+            raise Killed("command after the crash: %r" % (argv,))
+        result = self.host(argv, stdin_text)
+        if argv[:len(self.prefix)] == self.prefix:
+            self.dead = True
+            raise Killed("killed after %r" % (argv,))
+        return result
+
+
+@contextlib.contextmanager
+def installed(runner_):
+    """runner_ as the plugin's runner for the block, the one before it
+    back afterwards, even when the block was killed."""
+    old = runner.set_runner(runner_)
+    try:
+        yield runner_
+    finally:
+        runner.set_runner(old)
+
+
+def commands_run(host, action):
+    """How many commands action() runs on host (not killed): the crash
+    points a test must try are 1 to this number."""
+    with installed(CrashAfter(host, 0)) as counter:
+        action()
+    return counter.count
