@@ -52,26 +52,26 @@ version:
 METHODS_OF = PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(CURDIR)/volume" $(PYTHON) -c \
 	'import sys; from zfsng import wire; print(" ".join(wire.SERVED[sys.argv[1]]))'
 
-install:
-	install -d $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)
-	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(VOLUME_DIR)/volume.py >$(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
-	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/volume.py
-	methods=$$($(METHODS_OF) zfsng) && [ -n "$$methods" ] && \
+# $(call install_plugin,<plugin dir>,<entry script>,<package>,<source dir>):
+# the entry script with dom0's interpreter, one symlink to it per method the
+# package serves, and the package's modules.
+define install_plugin
+	install -d $(DESTDIR)$(LIBEXEC)/$(1)
+	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(1)/$(2) >$(DESTDIR)$(LIBEXEC)/$(1)/$(2)
+	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(1)/$(2)
+	methods=$$($(METHODS_OF) $(3)) && [ -n "$$methods" ] && \
 	    for f in $$methods; do \
-	        ln -sfn volume.py $(DESTDIR)$(LIBEXEC)/$(VOLUME_DIR)/$$f; done
-	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng
-	install -m 0644 volume/zfsng/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng/
+	        ln -sfn $(2) $(DESTDIR)$(LIBEXEC)/$(1)/$$f; done
+	install -d $(DESTDIR)$(PYTHON_SITELIB)/$(3)
+	install -m 0644 $(4)/*.py $(DESTDIR)$(PYTHON_SITELIB)/$(3)/
+endef
+
+install:
+	$(call install_plugin,$(VOLUME_DIR),volume.py,zfsng,volume/zfsng)
 	if [ "$(TEST_HOOKS)" = 1 ]; then \
 	    echo "test install: ZFSNG_* hooks honoured (zfsng/testhooks.py)" \
 	        >$(DESTDIR)$(PYTHON_SITELIB)/zfsng/TEST_HOOKS; fi
-	install -d $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)
-	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(DATAPATH_DIR)/datapath.py >$(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
-	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/datapath.py
-	methods=$$($(METHODS_OF) zfsng_datapath) && [ -n "$$methods" ] && \
-	    for f in $$methods; do \
-	        ln -sfn datapath.py $(DESTDIR)$(LIBEXEC)/$(DATAPATH_DIR)/$$f; done
-	install -d $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath
-	install -m 0644 datapath/zfsng_datapath/*.py $(DESTDIR)$(PYTHON_SITELIB)/zfsng_datapath/
+	$(call install_plugin,$(DATAPATH_DIR),datapath.py,zfsng_datapath,datapath/zfsng_datapath)
 
 # --- RPM for XCP-ng 8.3 (packaging/zfs-ng.spec) -------------------------------
 # `make rpm` builds build/rpm/RPMS/noarch/zfs-ng-$(VERSION)-1.noarch.rpm from
