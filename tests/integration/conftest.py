@@ -157,5 +157,31 @@ def new_uuid():
     return lambda: str(uuid.uuid4())
 
 
+DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
+
+
+@pytest.fixture(scope="session")
+def dp():
+    """The installed datapath plugin."""
+    return Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN,
+                  env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+
+
+def one_disk_sr(plugin, disks, new_uuid, name):
+    """A fixture's body: an SR (and pool) called name on the first spare
+    disk, attached; its pool destroyed afterwards."""
+    stored = plugin("SR.create", uuid=new_uuid(), name=name,
+                    description="", configuration={"device": disks[0]})
+    yield plugin("SR.attach", configuration=stored)
+    sh("zpool", "destroy", "-f", name, check=False)
+
+
+@pytest.fixture
+def sr(plugin, disks, new_uuid):
+    """An SR on the first spare disk, for the datapath tests (a module that
+    wants its own SR defines its own sr fixture)."""
+    yield from one_disk_sr(plugin, disks, new_uuid, "dpsr")
+
+
 __all__ = ["PluginError", "sh", "disk_state", "pools_on", "leaves", "all_disks", "wipe",
            "plays", "played"]

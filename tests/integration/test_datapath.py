@@ -5,136 +5,28 @@ itself), snapshot VDIs through their read-only clone, reset-on-boot
 (udev, zvol_id). Data is written and read back with O_DIRECT, as tapdisk
 does, and compared by sha256.
 
-A guest's disk, through the real tapdisk: test_tapdisk.py (which uses the
-helpers and fixtures here).
+A guest's disk, through the real tapdisk: test_tapdisk.py. What both
+share is in datapath_util.py.
 """
 
-import hashlib
 import json
 import os
-import random
 import shutil
-import subprocess
 import time
 
 import pytest
 
-from conftest import ROOT, PluginError, played, sh
+from conftest import DATAPATH_PLUGIN, ROOT, PluginError, \
+    played, sh
+from datapath_util import DOM0, DOM0_VBD, MiB, SIZE, attach_dom0, \
+    dataset, dd_hash, dd_write, detach_dom0, new_vdi, once, pattern, sha, \
+    states, twice, uri, zfs_names
 from plugin_client import Plugin
-from xapi_flows import domain_of
-
-MiB = 1 << 20
-SIZE = 64 * MiB
-DATA = 4 * MiB
-DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
-# The domains xapi sends (main.ml domain_of): dom0 for an export, import or
-# copy (a fresh uuid as the dp), dom0 for a VBD plugged into it, a guest
-DOM0 = domain_of("3f0c5a6e-9d1b-4c2a-8e7f-5b6a4c3d2e1f", "0")
-DOM0_VBD = domain_of("vbd/0/xvda", "0")
-GUEST = domain_of("vbd/5/xvda", "5")
-STATE_DIR = "/var/run/nonpersistent/zfs-ng-datapath"
-
-
-@pytest.fixture(scope="session")
-def dp():
-    return Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN,
-                  env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
-
-
-@pytest.fixture
-def sr(plugin, disks, new_uuid):
-    stored = plugin("SR.create", uuid=new_uuid(), name="dpsr",
-                    description="", configuration={"device": disks[0]})
-    sr = plugin("SR.attach", configuration=stored)
-    yield sr
-    sh("zpool", "destroy", "-f", "dpsr", check=False)
 
 
 @pytest.fixture
 def vdi(plugin, sr):
-    vol = plugin("Volume.create", sr=sr, name="disk", description="",
-                 size=SIZE, sharable=False)
-    return vol
-
-
-def uri(vol):
-    (u,) = vol["uri"]
-    assert u.startswith("zfs-ng:///")
-    return u
-
-
-def dataset(vol):
-    return uri(vol)[len("zfs-ng:///"):]
-
-
-def twice(dp, method, **args):
-    """Every call twice in a row: the second is no error, same answer."""
-    first = dp(method, **args)
-    second = dp(method, **args)
-    assert first == second, (method, first, second)
-    return first
-
-
-def pattern(seed):
-    rnd = random.Random(seed)
-    return bytes(rnd.getrandbits(8) for _ in range(64 * 1024)) * \
-        (DATA // (64 * 1024))
-
-
-def dd_write(path, data):
-    """Write data at offset 0 with O_DIRECT (as tapdisk writes)."""
-    proc = subprocess.run(["dd", "of=" + path, "bs=1M", "iflag=fullblock",
-                           "oflag=direct", "conv=fsync,notrunc",
-                           "status=none"],
-                          input=data, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=300)
-    return proc.returncode, proc.stderr.decode()
-
-
-def dd_hash(path, size=DATA):
-    """sha256 of the first size bytes, read with O_DIRECT."""
-    proc = subprocess.run(["dd", "if=" + path, "bs=1M",
-                           "count=%d" % (size // MiB), "iflag=direct",
-                           "status=none"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert len(proc.stdout) == size
-    return hashlib.sha256(proc.stdout).hexdigest()
-
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def zfs_names(sr):
-    return sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
-              sr).split()
-
-
-def states():
-    return sorted(os.listdir(STATE_DIR)) if os.path.isdir(STATE_DIR) \
-        else []
-
-
-def attach_dom0(dp, vol, readonly=False, domain=DOM0, call=twice):
-    result = call(dp, "Datapath.attach", uri=uri(vol), domain=domain)
-    call(dp, "Datapath.activate_readonly" if readonly else
-         "Datapath.activate", uri=uri(vol), domain=domain)
-    (impl,) = result["implementations"]
-    assert impl[0] == "BlockDevice"
-    return impl[1]["path"]
-
-
-def detach_dom0(dp, vol, domain=DOM0, call=twice):
-    call(dp, "Datapath.deactivate", uri=uri(vol), domain=domain)
-    call(dp, "Datapath.detach", uri=uri(vol), domain=domain)
-
-
-def once(dp, method, **args):
-    """One call (where repeating each proves nothing new, and the guest
-    is slow)."""
-    return dp(method, **args)
+    return new_vdi(plugin, sr)
 
 
 # --- dom0 --------------------------------------------------------------------

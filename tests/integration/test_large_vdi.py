@@ -13,40 +13,27 @@ The guest's disks are 1 GiB: every VDI here is thin and only a few blocks
 are written.
 """
 
-import os
 import random
 import subprocess
 
 import pytest
 
 import xapi_flows as xapi
-from conftest import ROOT, PluginError, sh
-from plugin_client import Plugin
+from conftest import PluginError, one_disk_sr, sh
 
 TiB = 1 << 40
 GiB = 1 << 30
 MiB = 1 << 20
 BLOCK = 16 * 1024              # the SR's volblocksize (zfs-ng's default)
 LIMIT = 2 ** 63 - BLOCK        # the largest VDI on such an SR
-DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
 # What xapi-storage-script sends for a VBD plugged into dom0 (main.ml
 # domain_of: "u0-" ^ dp with every '/' and '-' mapped to '_')
 DOM0_VBD = xapi.domain_of("vbd/0/xvda", "0")
 
 
-@pytest.fixture(scope="module")
-def dp():
-    return Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN,
-                  env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
-
-
 @pytest.fixture
 def sr(plugin, disks, new_uuid):
-    stored = plugin("SR.create", uuid=new_uuid(), name="large",
-                    description="", configuration={"device": disks[0]})
-    sr = plugin("SR.attach", configuration=stored)
-    yield sr
-    sh("zpool", "destroy", "-f", "large", check=False)
+    yield from one_disk_sr(plugin, disks, new_uuid, "large")
 
 
 def block(seed):

@@ -22,12 +22,16 @@ import time
 import pytest
 
 from conftest import PluginError, sh
-from test_datapath import GUEST, SIZE, dataset, dd_hash, dd_write, \
-    pattern, sha, states, uri, zfs_names
-from test_datapath import dp, sr, vdi  # noqa: F401 (fixtures)
+from datapath_util import GUEST, SIZE, dataset, dd_hash, dd_write, \
+    new_vdi, pattern, sha, states, uri, zfs_names
 from xapi_flows import domain_of
 
 OTHER_GUEST = domain_of("vbd/7/xvdb", "7")
+
+
+@pytest.fixture
+def vdi(plugin, sr):
+    return new_vdi(plugin, sr)
 
 
 def tap_list():

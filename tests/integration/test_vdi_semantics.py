@@ -12,18 +12,14 @@ import subprocess
 import pytest
 
 import xapi_flows as xapi
-from conftest import PluginError, plays, sh
+from conftest import PluginError, one_disk_sr, plays, sh
 
 MiB = 1 << 20
 
 
 @pytest.fixture
 def sr(plugin, disks, new_uuid):
-    stored = plugin("SR.create", uuid=new_uuid(), name="vdis",
-                    description="", configuration={"device": disks[0]})
-    sr = plugin("SR.attach", configuration=stored)
-    yield sr
-    sh("zpool", "destroy", "-f", "vdis", check=False)
+    yield from one_disk_sr(plugin, disks, new_uuid, "vdis")
 
 
 def device(sr, key):
