@@ -48,11 +48,10 @@ def write_json(path, document, durable=False):
     os.makedirs(directory, 0o700, exist_ok=True)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps(document, sort_keys=True).encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "wb") as f:   # write() of a file object writes all
+        f.write(json.dumps(document, sort_keys=True).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
     os.rename(tmp, path)
     if durable:
         fd = os.open(directory, os.O_RDONLY)
