@@ -1,0 +1,130 @@
+"""The zfs send stream reader and the CBT bitmap, on streams built record
+by record as OpenZFS lays them out (dmu_replay_record_t)."""
+
+import base64
+import io
+import struct
+
+import pytest
+
+from zfsng import cbt, errors, sendstream as ss
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def record(kind, fields, order="<", payload=b""):
+    """A 312-byte header: type, payload length, then (offset, format,
+    value) fields of the union, and the payload after it."""
+    hdr = bytearray(ss.HEADER)
+    struct.pack_into(order + "I", hdr, 0, kind)
+    for at, fmt, value in fields:
+        struct.pack_into(order + fmt, hdr, at, value)
+    return bytes(hdr) + payload
+
+
+def begin(order="<", nvlist=b""):
+    return record(ss.BEGIN, [(4, "I", len(nvlist)), (8, "Q", ss.MAGIC)],
+                  order, nvlist)
+
+
+def obj(number, bonuslen=0, order="<"):
+    return record(ss.OBJECT, [(8, "Q", number), (24, "I", 16 * KiB),
+                              (28, "I", bonuslen)], order,
+                  b"\0" * ((bonuslen + 7) // 8 * 8))
+
+
+def write(number, offset, length, compressed=0, order="<"):
+    fields = [(8, "Q", number), (24, "Q", offset), (32, "Q", length)]
+    if compressed:
+        fields += [(50, "B", 2), (96, "Q", compressed)]
+    return record(ss.WRITE, fields, order,
+                  b"x" * (compressed or length))
+
+
+def embedded(number, offset, length, psize=83, order="<"):
+    return record(ss.WRITE_EMBEDDED,
+                  [(8, "Q", number), (16, "Q", offset), (24, "Q", length),
+                   (48, "I", length), (52, "I", psize)], order,
+                  b"e" * ((psize + 7) // 8 * 8))
+
+
+def free(number, offset, length, order="<"):
+    return record(ss.FREE, [(8, "Q", number), (16, "Q", offset),
+                            (24, "Q", length)], order)
+
+
+def end(order="<"):
+    return record(ss.END, [], order)
+
+
+def stream(*parts):
+    return io.BytesIO(b"".join(parts)).read
+
+
+def test_extents_are_the_data_objects_writes_and_frees():
+    read = stream(begin(nvlist=b"n" * 40), obj(1), free(1, 4 * MiB,
+                                                         ss.END_OF_OBJECT),
+                  free(1, 0, 16 * KiB), write(1, 96 * KiB, 16 * KiB),
+                  write(1, 112 * KiB, 16 * KiB, compressed=300),
+                  embedded(1, 128 * KiB, 16 * KiB), obj(2, bonuslen=3),
+                  write(2, 0, 512), free(2, 512, ss.END_OF_OBJECT),
+                  record(ss.FREEOBJECTS, [(8, "Q", 3)]), end())
+    assert list(ss.extents(read)) == [
+        (ss.FREE, 4 * MiB, None), (ss.FREE, 0, 16 * KiB),
+        (ss.WRITE, 96 * KiB, 16 * KiB), (ss.WRITE, 112 * KiB, 16 * KiB),
+        (ss.WRITE, 128 * KiB, 16 * KiB)]
+
+
+def test_a_free_is_a_change_only_where_the_base_had_blocks():
+    # what OpenZFS sent for: base data 0..1 MiB; then zeros over the
+    # first block, a discard at 512 KiB, a write at 96 KiB, and a write
+    # at 4 MiB that grew the object (never-written holes 1..4 MiB and the
+    # free to the object's end come with it)
+    read = stream(begin(), obj(1), free(1, 4 * MiB + 64 * KiB,
+                                        ss.END_OF_OBJECT),
+                  free(1, 0, 16 * KiB), write(1, 96 * KiB, 16 * KiB),
+                  free(1, 512 * KiB, 64 * KiB),
+                  free(1, 1 * MiB, 3 * MiB + 64 * KiB),
+                  write(1, 4 * MiB, 64 * KiB), end())
+    assert sorted(ss.changes(read, from_end=1 * MiB)) == [
+        (0, 16 * KiB), (96 * KiB, 112 * KiB), (512 * KiB, 576 * KiB),
+        (4 * MiB, 4 * MiB + 64 * KiB)]
+
+
+def test_a_shrink_since_the_base_is_a_change_up_to_the_bases_end():
+    read = stream(begin(), obj(1), free(1, 64 * MiB, ss.END_OF_OBJECT),
+                  end())
+    assert ss.changes(read, from_end=120 * MiB) == [(64 * MiB, 120 * MiB)]
+
+
+def test_a_big_endian_stream_reads_the_same():
+    parts = lambda o: stream(begin(o), obj(1, order=o),  # noqa: E731
+                             write(1, 0, 16 * KiB, order=o),
+                             free(1, 64 * KiB, 64 * KiB, order=o), end(o))
+    assert list(ss.extents(parts(">"))) == list(ss.extents(parts("<")))
+
+
+@pytest.mark.parametrize("data,why", [
+    (b"", "ended inside a record"),
+    (record(ss.WRITE, []), "no BEGIN magic"),
+    (begin() + write(1, 0, 16 * KiB)[:400], "ended inside a payload"),
+    (begin() + record(42, []), "unknown record type 42"),
+])
+def test_a_broken_stream_is_an_error_never_a_silent_answer(data, why):
+    with pytest.raises(errors.InternalError) as err:
+        list(ss.extents(io.BytesIO(data).read))
+    assert why in str(err.value)
+
+
+def test_the_bitmap_has_the_first_block_in_the_top_bit():
+    bits = cbt.bitmap([(64 * KiB, 192 * KiB)], 8 * 64 * KiB)
+    assert bits == bytes([0b01100000])
+    assert base64.b64decode(cbt.encode(bits)) == bits
+
+
+def test_the_bitmap_covers_the_disk_and_partial_blocks():
+    size = 20 * 64 * KiB + 1            # 21 blocks: 3 bytes
+    bits = cbt.bitmap([(1, 2), (20 * 64 * KiB, size),
+                       (9 * 64 * KiB - 1, 9 * 64 * KiB + 1)], size)
+    assert bits == bytes([0b10000000, 0b11000000, 0b00001000])
+    assert cbt.bitmap([], 0) == b""
