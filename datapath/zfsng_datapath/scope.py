@@ -9,6 +9,7 @@ anything, it proves the URI names a VDI, as the volume plugin defines one
 - the zvol (or the snapshot of a zvol) exists;
 - its ``org.xcp-ng.zfs-ng:vdi`` is its own uuid (a value inherited from
   elsewhere cannot be: a snapshot inherits its zvol's uuid, not its own);
+- it still has data (not a snapshot VDI whose data was destroyed);
 - its parent is a zfs-ng SR dataset (``zfsng.inventory.sr_row``: the local
   ``sr-uuid`` mark of an SR root).
 
@@ -20,7 +21,8 @@ from zfsng import errors, inventory, meta, zfs
 
 from zfsng_datapath.errors import NotAVdi
 
-COLUMNS = ["name", "type", "volsize", "origin", meta.VDI_UUID]
+COLUMNS = ["name", "type", "volsize", "origin", meta.VDI_UUID,
+           meta.CBT_BOOKMARK]
 
 
 def row(name, columns=None):
@@ -52,6 +54,10 @@ def check_vdi(target):
                       "uuid): the datapath leaves it alone"
                       % (target.dataset, meta.VDI_UUID,
                          found.get(meta.VDI_UUID)))
+    if meta.is_data_destroyed(found):
+        raise errors.DataDestroyed(
+            "VDI %s has no data to attach: Volume.data_destroy freed it "
+            "(only its metadata is kept, for changed block tracking)" % key)
     return found
 
 

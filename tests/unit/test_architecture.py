@@ -13,8 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 PACKAGES = {"zfsng": "volume/zfsng", "zfsng_datapath": "datapath/zfsng_datapath"}
 # the volume plugin's own modules: the datapath never imports them
-VOLUME_ONLY = {"devconfig", "devices", "cleanup", "alert", "volume", "sr",
-               "plugin", "main"}
+VOLUME_ONLY = {"devconfig", "devices", "cleanup", "alert", "volume", "cbt",
+               "sr", "plugin", "main"}
 
 
 def modules():

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from zfsng import cbt, errors, sendstream as ss
+from zfsng import blockmap, errors, sendstream as ss
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -75,26 +75,24 @@ def test_extents_are_the_data_objects_writes_and_frees():
         (ss.WRITE, 128 * KiB, 16 * KiB)]
 
 
-def test_a_free_is_a_change_only_where_the_base_had_blocks():
+def test_writes_and_frees_come_apart_as_range_sets():
     # what OpenZFS sent for: base data 0..1 MiB; then zeros over the
     # first block, a discard at 512 KiB, a write at 96 KiB, and a write
     # at 4 MiB that grew the object (never-written holes 1..4 MiB and the
-    # free to the object's end come with it)
+    # free to the object's end come with it); object 2 (the zvol's size)
+    # is no data
     read = stream(begin(), obj(1), free(1, 4 * MiB + 64 * KiB,
                                         ss.END_OF_OBJECT),
                   free(1, 0, 16 * KiB), write(1, 96 * KiB, 16 * KiB),
+                  write(1, 112 * KiB, 16 * KiB),
                   free(1, 512 * KiB, 64 * KiB),
                   free(1, 1 * MiB, 3 * MiB + 64 * KiB),
-                  write(1, 4 * MiB, 64 * KiB), end())
-    assert sorted(ss.changes(read, from_end=1 * MiB)) == [
-        (0, 16 * KiB), (96 * KiB, 112 * KiB), (512 * KiB, 576 * KiB),
-        (4 * MiB, 4 * MiB + 64 * KiB)]
-
-
-def test_a_shrink_since_the_base_is_a_change_up_to_the_bases_end():
-    read = stream(begin(), obj(1), free(1, 64 * MiB, ss.END_OF_OBJECT),
-                  end())
-    assert ss.changes(read, from_end=120 * MiB) == [(64 * MiB, 120 * MiB)]
+                  write(2, 0, 8), embedded(1, 4 * MiB, 64 * KiB), end())
+    writes, frees = ss.writes_and_frees(read)
+    assert writes == [(96 * KiB, 128 * KiB), (4 * MiB, 4 * MiB + 64 * KiB)]
+    # the never-written holes and the free to the end touch: one range
+    assert frees == [(0, 16 * KiB), (512 * KiB, 576 * KiB),
+                     (1 * MiB, ss.END_OF_OBJECT)]
 
 
 def test_a_big_endian_stream_reads_the_same():
@@ -117,14 +115,14 @@ def test_a_broken_stream_is_an_error_never_a_silent_answer(data, why):
 
 
 def test_the_bitmap_has_the_first_block_in_the_top_bit():
-    bits = cbt.bitmap([(64 * KiB, 192 * KiB)], 8 * 64 * KiB)
+    bits = blockmap.bitmap([(64 * KiB, 192 * KiB)], 8 * 64 * KiB)
     assert bits == bytes([0b01100000])
-    assert base64.b64decode(cbt.encode(bits)) == bits
+    assert base64.b64decode(blockmap.encode(bits)) == bits
 
 
 def test_the_bitmap_covers_the_disk_and_partial_blocks():
     size = 20 * 64 * KiB + 1            # 21 blocks: 3 bytes
-    bits = cbt.bitmap([(1, 2), (20 * 64 * KiB, size),
+    bits = blockmap.bitmap([(1, 2), (20 * 64 * KiB, size),
                        (9 * 64 * KiB - 1, 9 * 64 * KiB + 1)], size)
     assert bits == bytes([0b10000000, 0b11000000, 0b00001000])
-    assert cbt.bitmap([], 0) == b""
+    assert blockmap.bitmap([], 0) == b""

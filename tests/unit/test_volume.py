@@ -103,7 +103,7 @@ def test_volume_record(fake, sr):
         "key": key, "uuid": key, "name": name, "description": description,
         "read_write": True, "sharable": True, "virtual_size": GiB,
         "physical_utilisation": volume["physical_utilisation"],
-        "uri": ["zfs-ng:///tank/" + key], "keys": {}}
+        "uri": ["zfs-ng:///tank/" + key], "keys": {}, "cbt_enabled": False}
     props = fake.local_props("tank/" + key)
     assert props[meta.VDI_UUID] == key
     assert json.loads(props[meta.VDI_NAME]) == name

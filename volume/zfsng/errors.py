@@ -83,6 +83,16 @@ class InvalidArgument(StorageError):
     """A call's argument has the wrong type or an unacceptable value."""
 
 
+class DataDestroyed(StorageError):
+    """The VDI is a snapshot whose data Volume.data_destroy freed: only its
+    metadata and its place for changed block tracking are left."""
+
+
+class CbtNotEnabled(StorageError):
+    """Changed block tracking is not enabled on the VDI the call needs it
+    on (xe vdi-enable-cbt)."""
+
+
 class InvalidConfiguration(StorageError):
     """A device-config key or value is unknown, malformed or inconsistent."""
 

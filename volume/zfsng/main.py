@@ -4,7 +4,7 @@ call one of these with sys.argv."""
 import sys
 
 # Imported for their @wire.method registrations: the volume plugin's table.
-from zfsng import plugin, sr, volume, wire  # noqa: F401
+from zfsng import cbt, plugin, sr, volume, wire  # noqa: F401
 
 
 def handlers():

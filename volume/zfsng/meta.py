@@ -36,6 +36,12 @@ Kinds (see the functions of the same names below)
   datapath clone ``<sr>/<snapshot uuid>.ro``: a snapshot VDI served
                  read-only to a guest, marked DATAPATH_CLONE
                  (``clone_name``, ``is_clone_of``)
+  data-destroyed a snapshot VDI whose data Volume.data_destroy freed:
+                 a bookmark <vol>#<uuid> keeps its place in the zvol's
+                 history, an empty zvol <sr>/<uuid> (volmode=none,
+                 CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
+  cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
+                 for the live disk, destroyed by it (``is_internal``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
                  never changed (``is_foreign``, ``made_by_zfsng``)
 
@@ -77,6 +83,16 @@ VDI_NAME = prop("name")
 VDI_DESCRIPTION = prop("description")
 VDI_KEYS = prop("keys")
 VDI_SHARABLE = prop("sharable")
+# Changed block tracking (cbt.py). CBT_ENABLED: "true" on a zvol whose
+# snapshots are tracked, and on each snapshot taken meanwhile (set locally
+# at the snapshot, so a later disable does not change what it was).
+# CBT_MAP: a snapshot's allocation map (blockmap.encode_map), what
+# list_changed_blocks learnt of where it may hold data.
+# CBT_BOOKMARK: on a data-destroyed snapshot VDI (see is_data_destroyed),
+# the bookmark that keeps its place in the zvol's history.
+CBT_ENABLED = prop("cbt")
+CBT_MAP = prop("cbt-map")
+CBT_BOOKMARK = prop("cbt-bookmark")
 
 # A destroyed zvol that still has dependents keeps its name and data but
 # gets this value in its vdi property: it is no VDI any more (see volume.py).
@@ -89,12 +105,15 @@ NONPERSISTENT_SNAPSHOT = "zfsng-nonpersistent"
 # The datapath's read-only clone of a snapshot VDI, <sr>/<snapshot uuid>.ro,
 # carries this property (zfsng_datapath.datapath).
 DATAPATH_CLONE = prop("datapath-clone")
+# list_changed_blocks to the live disk sends from a snapshot taken for the
+# call, <vol>@<this><uuid>, destroyed before the call returns.
+CBT_SNAPSHOT = "zfsng-cbt-"
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
-                  VDI_SHARABLE]
+                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -224,8 +243,27 @@ def clones_of(row):
 
 
 def is_internal(row):
+    """A snapshot zfs-ng takes for one call: to clone a live VDI, or to
+    list the changes of a live VDI."""
     return is_snapshot(row) and \
-        object_uuid(row["name"]).startswith(INTERNAL_SNAPSHOT)
+        object_uuid(row["name"]).startswith((INTERNAL_SNAPSHOT,
+                                             CBT_SNAPSHOT))
+
+
+def is_data_destroyed(row):
+    """A snapshot VDI whose data is gone (Volume.data_destroy): the empty
+    zvol that holds its properties, CBT_BOOKMARK its bookmark."""
+    return row["type"] == "volume" and bool(row.get(CBT_BOOKMARK))
+
+
+def bookmark(snapshot_name):
+    """The bookmark data_destroy leaves of a snapshot: <vol>#<uuid>."""
+    return snapshot_name.replace("@", "#", 1)
+
+
+def bookmarked_snapshot(row):
+    """The snapshot a data-destroyed VDI was."""
+    return row[CBT_BOOKMARK].replace("#", "@", 1)
 
 
 def is_hidden(row):
@@ -256,9 +294,14 @@ def is_stand_in(row, present):
 
 
 def vdi_rows(rows):
-    """The rows of rows that are VDIs (stand-ins included)."""
+    """The rows of rows that are VDIs (stand-ins included). A
+    data-destroyed VDI's zvol is one once its snapshot is not: between
+    the two commands of data_destroy, the snapshot is the VDI."""
     present = set(r["name"] for r in rows)
-    return [r for r in rows if is_vdi(r) or is_stand_in(r, present)]
+    snapshots = set(r["name"] for r in rows if is_snapshot(r) and is_vdi(r))
+    return [r for r in rows if (is_vdi(r) and not (
+        is_data_destroyed(r) and bookmarked_snapshot(r) in snapshots))
+        or is_stand_in(r, present)]
 
 
 def uri_dataset(row):
@@ -277,9 +320,12 @@ def is_foreign(row):
 
 def has_dependents(volume, rows):
     """Whether anything still needs the zvol: one of its snapshots is a
-    VDI, has clones, or is an admin's own."""
-    return any(is_snapshot(r) and parent_of(r["name"]) == volume and
-               (is_vdi(r) or clones_of(r) or is_foreign(r)) for r in rows)
+    VDI, has clones, or is an admin's own; or a data-destroyed VDI's
+    bookmark is on it (destroying the zvol would take the bookmark)."""
+    return any((is_snapshot(r) and parent_of(r["name"]) == volume and
+                (is_vdi(r) or clones_of(r) or is_foreign(r))) or
+               (is_data_destroyed(r) and
+                parent_of(bookmarked_snapshot(r)) == volume) for r in rows)
 
 
 def made_by_zfsng(row, sr):

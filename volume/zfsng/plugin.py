@@ -7,7 +7,10 @@ from zfsng import VERSION, devconfig, errors, hostid, meta, sr as srmod, \
 # the SR_*/VDI_* features of every method executable on its own.
 FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             "VDI_UPDATE", "VDI_SNAPSHOT", "VDI_CLONE", "VDI_RESIZE",
-            "THIN_PROVISIONING", "LARGE_VDI"]
+            "THIN_PROVISIONING", "LARGE_VDI",
+            # xapi allows VDI.enable_cbt, disable_cbt, list_changed_blocks
+            # and data_destroy only if Plugin.Query lists it
+            "VDI_CONFIG_CBT"]
 
 
 @wire.method("Plugin.Query")

@@ -29,6 +29,7 @@ every command's bound.
 import json
 import os
 import subprocess
+import threading
 import time
 
 from zfsng import errors, log, testhooks
@@ -119,6 +120,80 @@ class SubprocessRunner(object):
         return result
 
 
+    def stream(self, argv, consume):
+        """Run argv and hand its stdout, as bytes, to consume(read) while it
+        runs: for output too large to hold (a zfs send stream). stderr is
+        drained by a thread, so the command never blocks on it; a timer
+        kills the command at its bound (CommandTimeout). Returns (Result
+        with out "", what consume returned). When consume fails with a
+        StorageError because the command failed (its stdout ended early),
+        the Result tells the command's error and the value is None; any
+        other failure of consume kills the command and passes on."""
+        env = dict(os.environ)
+        env["LC_ALL"] = "C"
+        env.pop("LANG", None)
+        bound = timeout_for(argv)
+        if bound <= 0:
+            raise errors.CommandTimeout(
+                "the call ran out of time (%d s) before %s"
+                % (CALL_DEADLINE, " ".join(argv[:3])))
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, close_fds=True)
+        err = []
+        drain = threading.Thread(target=lambda: err.append(proc.stderr.read()))
+        drain.daemon = True
+        drain.start()
+        timer = threading.Timer(bound, proc.kill)
+        timer.daemon = True
+        timer.start()
+        value, failure = None, None
+        try:
+            value = consume(proc.stdout.read)
+        except errors.StorageError as exc:
+            failure = exc
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            proc.stdout.close()
+            timer.cancel()
+        if failure is not None:
+            proc.kill()    # no effect if it has exited already
+        rc = _wait(proc, argv, bound)
+        drain.join(KILL_GRACE)
+        if time.monotonic() - start >= bound and (rc < 0 or failure):
+            raise _stream_timeout(argv, bound)
+        if failure is not None and rc <= 0:
+            raise failure
+        result = Result(argv, rc, "", b"".join(err).decode("utf-8", "replace"))
+        if self.trace:
+            _trace(self.trace, result, time.monotonic() - start)
+        self.count += 1
+        if self.crash_after and self.count >= self.crash_after:
+            log.warning("crash point %d reached after %s", self.count, argv)
+            os._exit(137)
+        return result, value
+
+
+def _wait(proc, argv, bound):
+    """proc's exit status, once consume has read all it wrote."""
+    try:
+        return proc.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise _stream_timeout(argv, bound)
+
+
+def _stream_timeout(argv, bound):
+    log.error("%s: not done after %.0f s, killed", " ".join(argv), bound)
+    return errors.CommandTimeout(
+        "%s did not finish within %.0f s (killed); if a pool is involved, "
+        "check 'zpool status' for a suspended pool or a failing disk"
+        % (" ".join(argv[:4]), bound))
+
+
 def _communicate(proc, argv, bound, data):
     """proc's (stdout, stderr), or kill it and raise CommandTimeout."""
     try:
@@ -180,6 +255,23 @@ def run(argv, stdin_text=None):
               " stderr=%s" % result.err.strip() if result.rc else "")
     return result
 
+
+def stream(argv, consume):
+    """Run argv, its stdout (bytes) read by consume(read) as it comes:
+    see SubprocessRunner.stream. Returns (Result, consume's value); the
+    Result's out is empty. Never raises on rc."""
+    if not isinstance(argv, (list, tuple)) or not all(
+            isinstance(a, str) for a in argv):
+        raise TypeError("argv must be a list of str: %r" % (argv,))
+    start = time.monotonic()
+    try:
+        result, value = _runner.stream(list(argv), consume)
+    except OSError as exc:
+        result, value = Result(list(argv), 127, "", "%s: %s" % (argv[0], exc)), None
+    log.debug("stream: %s: rc=%d in %.2fs%s", " ".join(argv), result.rc,
+              time.monotonic() - start,
+              " stderr=%s" % result.err.strip() if result.rc else "")
+    return result, value
 
 def run_retried(argv, transient, attempts, delay, backoff=1.0,
                 stdin_text=None):

@@ -1,23 +1,26 @@
 """What changed in a zvol between two points, read from an incremental
-``zfs send`` stream (work in progress for changed block tracking).
+``zfs send`` stream: the source of changed block tracking (``cbt``).
 
 ``zfs send -L -e -c -i <from> <to>`` (from: a snapshot or a bookmark of
 the zvol) holds every block of the zvol's data object (object 1) born
 after ``from``: DRR_WRITE and DRR_WRITE_EMBEDDED records for data,
-DRR_FREE records for holes. ZFS's replication relies on it being complete,
+DRR_FREE records for holes. ZFS's replication relies on it being complete
+(a receiver applies it to its copy of ``from`` and must end with ``to``),
 which is what makes it a source for CBT that never misses a change. Its
-cost grows with the change: only changed blocks are in it.
+cost grows with the change: only blocks born after ``from`` are visited,
+and only their headers are read here (payloads are skipped).
 
-It also over-reports, in two ways seen on OpenZFS 2.1 and 2.3:
+A FREE says "``to`` has a hole here", not "``from`` had data here". On
+OpenZFS 2.1 and 2.3 streams carry FREEs that are no change:
 - a FREE from the end of the last block the zvol ever had,
   ``(maxblkid + 1) * volblocksize``, to the end of the object (length
   UINT64_MAX), in every stream whose data object changed;
 - FREEs for never-written holes under an indirect block the change
-  rewrote (holes with no birth time: ``send_holes_without_birth_time``);
-  on a sparse 16 TiB zvol, one 1 MiB write at 8 TiB brings a FREE of the
-  8 TiB before it.
-A FREE is a change only where ``from`` may have held data: below the end
-of its last block (``from_end``). Hence ``changes(stream, from_end)``.
+  rewrote (holes with no birth time: ``send_holes_without_birth_time``,
+  on by default); on a sparse 16 TiB zvol, one 1 MiB write at 8 TiB
+  brings a FREE of the 8 TiB before it.
+So ``cbt`` counts a FREE as a change only where ``from`` may have held
+data.
 
 Record layout (OpenZFS include/sys/zfs_ioctl.h, dmu_replay_record_t): a
 312-byte header (type, payload length, a union of the record kinds, a
@@ -27,7 +30,7 @@ order, told by the BEGIN record's magic.
 
 import struct
 
-from zfsng import errors
+from zfsng import blockmap, errors
 
 HEADER = 312
 MAGIC = 0x2F5BACBAC
@@ -123,15 +126,11 @@ def extents(read):
                 (None if length == END_OF_OBJECT else length)
 
 
-def changes(read, from_end):
-    """[(offset, end)] of what differs between from and to: every write,
-    and every free below from_end (the end of from's last block, or any
-    larger bound: its volsize is always safe). Unsorted, may overlap."""
-    found = []
+def writes_and_frees(read):
+    """(writes, frees): the range sets of the data object's WRITE and FREE
+    records; a FREE to the object's end ends at END_OF_OBJECT."""
+    writes, frees = [], []
     for kind, offset, length in extents(read):
-        end = None if length is None else offset + length
-        if kind == FREE:
-            end = from_end if end is None else min(end, from_end)
-        if end is not None and end > offset:
-            found.append((offset, end))
-    return found
+        end = END_OF_OBJECT if length is None else offset + length
+        (frees if kind == FREE else writes).append((offset, end))
+    return blockmap.normal(writes), blockmap.normal(frees)

@@ -87,7 +87,7 @@ def _to_volume(row):
     key = row[meta.VDI_UUID]     # its name's uuid, but for a stand-in
     if row["volsize"] is None:   # no size to tell xapi: never made up
         raise errors.MetadataUnreadable("%s has no volsize" % row["name"])
-    snapshot = meta.is_snapshot(row)
+    snapshot = meta.is_snapshot(row) or meta.is_data_destroyed(row)
     if snapshot:
         used = _size(row, "used")
     else:
@@ -103,7 +103,19 @@ def _to_volume(row):
         "physical_utilisation": used,
         "uri": [meta.volume_uri(meta.uri_dataset(row))],
         "keys": _keys(row),
+        "cbt_enabled": row.get(meta.CBT_ENABLED) == "true",
     }
+
+
+def _read_only(row, key, what):
+    """Refuse to change a snapshot VDI (or one whose data is gone)."""
+    if meta.is_data_destroyed(row):
+        raise errors.DataDestroyed(
+            "VDI %s is a snapshot whose data was destroyed (kept for "
+            "changed block tracking): it cannot be %s" % (key, what))
+    if meta.is_snapshot(row):
+        raise errors.InvalidArgument(
+            "VDI %s is a read-only snapshot and cannot be %s" % (key, what))
 
 
 LS_COLUMNS = meta.VOLUME_COLUMNS + [meta.SR_UUID, meta.SR_OWNER]
@@ -142,7 +154,7 @@ def _listed(rows):
     return volumes
 
 
-def _find_in(rows, key):
+def find_in(rows, key):
     for row in meta.vdi_rows(rows):
         if row[meta.VDI_UUID] == key:
             return row
@@ -161,14 +173,15 @@ def find(sr, key):
     try:
         row = zfs.get_one(meta.vdi_dataset(sr, key), meta.VOLUME_COLUMNS,
                           types="volume")
-        if meta.is_vdi(row):
+        if meta.is_vdi(row) and not meta.is_data_destroyed(row):
             return row
     except errors.DatasetNotFound:
         pass
     # -r lists every snapshot below the SR: a copy deeper down (zfs send |
     # recv into a child dataset) carries the same properties, so keep to
-    # the SR's own zvols, as SR.ls does
-    return _find_in(inventory.rows(sr), key)
+    # the SR's own zvols, as SR.ls does. A data-destroyed VDI is looked up
+    # there too: its snapshot is the VDI while it is still there.
+    return find_in(inventory.rows(sr), key)
 
 
 # --- the methods ---------------------------------------------------------------
@@ -213,17 +226,22 @@ def snapshot(dbg, sr, key):
     with lock.sr_lock(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
-        if meta.is_snapshot(row):
+        if meta.is_snapshot(row) or meta.is_data_destroyed(row):
             raise errors.InvalidArgument(
                 "VDI %s is a snapshot; snapshot its parent, or clone it "
                 "first" % key)
         new = names.new_uuid()
         name = "%s@%s" % (row["name"], new)
         log.info("snapshot %s", name)
-        zfs.snapshot(name, _vdi_props(
+        props = _vdi_props(
             new, meta.decode_text(row[meta.VDI_NAME]),
             meta.decode_text(row[meta.VDI_DESCRIPTION]),
-            row.get(meta.VDI_SHARABLE) == "true"))
+            row.get(meta.VDI_SHARABLE) == "true")
+        # set on the snapshot itself: a later disable_cbt on the zvol
+        # does not change what the snapshot was taken with
+        props[meta.CBT_ENABLED] = meta.encode_bool(
+            row.get(meta.CBT_ENABLED) == "true")
+        zfs.snapshot(name, props)
         return _to_volume(zfs.get_one(name, meta.VOLUME_COLUMNS))
 
 
@@ -233,6 +251,8 @@ def clone(dbg, sr, key):
         row = inventory.sr_row(sr)
         thick = row[meta.SR_PROVISIONING] == "thick"
         source = find(sr, key)
+        if meta.is_data_destroyed(source):
+            _read_only(source, key, "cloned")
         new = names.new_uuid()
         dataset = meta.vdi_dataset(sr, new)
         props = _vdi_props(new, meta.decode_text(source[meta.VDI_NAME]),
@@ -273,12 +293,16 @@ def destroy(dbg, sr, key):
         rows = inventory.rows(sr)
         pending = collect.needed(rows)
         try:
-            row = _find_in(rows, key) if names.is_uuid(key) else None
+            row = find_in(rows, key) if names.is_uuid(key) else None
         except errors.Volume_does_not_exist:
             row = None
         if row is None:
             log.info("%s is already gone", key)  # xapi repeats destroys
+        elif meta.is_data_destroyed(row):
+            _destroy_kept_metadata(row)
+            pending = True   # its zvol may be a hidden parent it kept
         elif meta.is_snapshot(row):
+            _destroy_kept_metadata(_stand_in_for(rows, row))
             deferred = bool(meta.clones_of(row))
             log.info("destroying snapshot %s%s", row["name"],
                      " (deferred: it has clones)" if deferred else "")
@@ -295,6 +319,31 @@ def destroy(dbg, sr, key):
         if pending:  # a hidden parent may be free now, or a crash left work
             collect.collect(sr)
     return None
+
+
+def _stand_in_for(rows, snapshot):
+    """The empty zvol of a data_destroy of snapshot that did not finish
+    (it failed between its commands), or None."""
+    for row in rows:
+        if meta.is_data_destroyed(row) and \
+                meta.bookmarked_snapshot(row) == snapshot["name"]:
+            return row
+    return None
+
+
+def _destroy_kept_metadata(row):
+    """Destroy what data_destroy kept of a snapshot VDI: its bookmark,
+    then its empty zvol (gone last: until then the VDI is listed, and a
+    repeated destroy finishes)."""
+    if row is None:
+        return
+    mark = row[meta.CBT_BOOKMARK]
+    log.info("destroying %s and %s", mark, row["name"])
+    try:
+        zfs.destroy(mark)
+    except errors.DatasetNotFound:
+        pass
+    zfs.destroy(row["name"])
 
 
 def _hide_set_aside(rows, key, name):
@@ -315,9 +364,7 @@ def resize(dbg, sr, key, new_size):
     with lock.sr_lock(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
-        if meta.is_snapshot(row):
-            raise errors.InvalidArgument(
-                "VDI %s is a read-only snapshot and cannot be resized" % key)
+        _read_only(row, key, "resized")
         size = _checked_size(new_size, int(row["volblocksize"]))
         current = int(row["volsize"])
         if new_size < current:

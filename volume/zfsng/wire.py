@@ -242,12 +242,10 @@ SERVED = {
 }
 
 # Served (installed) but deliberately without an implementation: they answer
-# the typed Unimplemented error (README: CBT, compare, compose, revert).
+# the typed Unimplemented error (README: compare, compose, revert).
 # Listed so that a unit test can tell these from a forgotten handler.
 UNIMPLEMENTED = frozenset([
     "Volume.compare", "Volume.compose", "Volume.revert",
-    "Volume.enable_cbt", "Volume.disable_cbt", "Volume.data_destroy",
-    "Volume.list_changed_blocks",
 ])
 
 # (package, method) -> the function that implements it; filled at import.

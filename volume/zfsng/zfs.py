@@ -10,9 +10,10 @@ still refuses anything that starts with ``-`` so no value can ever be taken
 for an option.
 """
 
+import os
 import re
 
-from zfsng import errors, log, runner
+from zfsng import errors, log, runner, sendstream
 
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
@@ -35,7 +36,8 @@ _ERROR_PATTERNS = [
     (re.compile(r"I/O is currently suspended"), errors.PoolSuspended),
     (re.compile(r"no such pool|pool not found|no such pool or dataset"),
      errors.PoolNotFound),
-    (re.compile(r"dataset already exists|pool already exists"),
+    (re.compile(r"dataset already exists|pool already exists|"
+                r"bookmark exists"),
      errors.DatasetExists),
     (re.compile(r"is busy|resource busy"), errors.DatasetBusy),
     (re.compile(r"out of space|insufficient space|not enough space|"
@@ -293,6 +295,52 @@ def promote(clone):
     # No "--": zfs promote takes no option and refuses any word starting
     # with "-" (zfs_do_promote, OpenZFS 2.1 and 2.3).
     zfs("promote", clone)
+
+
+def bookmark(snapshot, name):
+    """``zfs bookmark <vol>@<snap> <vol>#<name>``: the snapshot's place in
+    the zvol's history, kept when the snapshot goes; a bookmark is a valid
+    source of an incremental send."""
+    zfs("bookmark", "--", snapshot, name)
+
+
+def send_changes(base, target):
+    """(writes, frees): the range sets of target's data object that
+    ``zfs send -i base target`` carries (sendstream.writes_and_frees); base
+    is a snapshot or bookmark of target's zvol (or of its origin's). The
+    stream is read as it comes and never kept: its headers only."""
+    for name in (base, target):
+        if name.startswith("-"):
+            raise errors.InternalError("dataset name looks like an option:"
+                                       " %r" % name)
+    argv = ["zfs", "send", "-L", "-e", "-c", "-i", base, target]
+    result, found = runner.stream(argv, sendstream.writes_and_frees)
+    if result.rc != 0:
+        raise _classify(result)
+    return found
+
+
+def data_end(snapshot, block):
+    """The end of the snapshot's last block, (maxblkid + 1) * block, as
+    ``zdb -e`` reads the zvol's data object from the pool's disks; None if
+    zdb cannot tell (it is a bound that only narrows, never a need).
+    ``-e`` with the directories of the pool's disks: zfs-ng's pools have
+    no cachefile, which plain zdb needs."""
+    try:
+        dirs = sorted(set(os.path.dirname(d) for d in
+                          pool_leaf_devices(snapshot.split("/", 1)[0])))
+    except errors.StorageError:
+        return None
+    argv = ["zdb", "-e"]
+    for d in dirs:
+        argv += ["-p", d]
+    result = runner.run(argv + ["-dddd", snapshot, "1"])
+    found = re.search(r"dnode maxblkid: (\d+)", result.out)
+    if result.rc != 0 or not found:
+        log.info("zdb could not read %s's data object: %s", snapshot,
+                 (result.err.strip() or "exit %d" % result.rc)[-200:])
+        return None
+    return (int(found.group(1)) + 1) * block
 
 
 # --- pools ----------------------------------------------------------------

@@ -1,0 +1,191 @@
+"""Sets of byte ranges of a disk, and how changed block tracking writes
+them: the bitmap xapi expects, and the allocation map kept on the pool.
+
+A range set is a sorted list of disjoint, non-adjacent ``(offset, end)``
+pairs (bytes, end excluded). ``normal`` makes one from any ranges.
+
+The bitmap, as xapi and Xen Orchestra read it (XenServer's CBT): one bit
+per GRANULARITY bytes of the disk, the first block in the most significant
+bit of the first byte (``01100000``: the second and third blocks changed),
+base64 on the wire. xapi keeps only the bitmap (it drops the granularity
+Volume.list_changed_blocks returns), so the granularity is fixed.
+
+The allocation map (``encode_map``) is a range set that holds at least
+every byte a snapshot has data in. It must fit in one ZFS user property:
+when it does not, the smallest gaps are filled until it does. Filling a
+gap only makes the map larger, which is safe: the map may over-state
+what a snapshot holds, never under-state it (see ``cbt``).
+"""
+
+import base64
+import zlib
+
+from zfsng import errors
+
+GRANULARITY = 64 * 1024
+MAP_FORMAT = "1"
+
+
+def normal(ranges):
+    """The range set of ranges (any order, may overlap or touch)."""
+    out = []
+    for offset, end in sorted(r for r in ranges if r[1] > r[0]):
+        if out and offset <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((offset, end))
+    return out
+
+
+def union(a, b):
+    return normal(list(a) + list(b))
+
+
+def intersect(a, b):
+    """The bytes in both range sets."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a, b):
+    """The bytes of range set a that are not in range set b."""
+    out, j = [], 0
+    for offset, end in a:
+        while j < len(b) and b[j][1] <= offset:
+            j += 1
+        k, start = j, offset
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+def total(ranges):
+    return sum(end - offset for offset, end in ranges)
+
+
+# --- the bitmap xapi returns ---------------------------------------------------
+
+def bitmap(ranges, size, granularity=GRANULARITY):
+    """The bits of a disk of size bytes where every block touched by one of
+    ranges (a range set) is set. Whole bytes of a long range are set at
+    once: a range of terabytes costs no more than a slice."""
+    blocks = (size + granularity - 1) // granularity
+    bits = bytearray((blocks + 7) // 8)
+    for offset, end in ranges:
+        first = offset // granularity
+        last = min((end - 1) // granularity, blocks - 1)   # inclusive
+        if first > last:
+            continue
+        _set_bits(bits, first, last + 1)
+    return bytes(bits)
+
+
+def _set_bits(bits, first, stop):
+    while first < stop and first % 8:
+        bits[first // 8] |= 0x80 >> (first % 8)
+        first += 1
+    whole = (stop - first) // 8
+    if whole:
+        bits[first // 8:first // 8 + whole] = b"\xff" * whole
+        first += whole * 8
+    while first < stop:
+        bits[first // 8] |= 0x80 >> (first % 8)
+        first += 1
+
+
+def blocks_set(bits):
+    """How many blocks a bitmap marks."""
+    return sum(bin(b).count("1") for b in bytearray(bits))
+
+
+def encode(bits):
+    return base64.b64encode(bits).decode("ascii")
+
+
+# --- the allocation map kept on the pool -----------------------------------------
+
+def encode_map(ranges, limit):
+    """A range set as text of at most limit bytes: format, then the
+    compressed varints of the gaps and lengths. Gaps are filled, the
+    smallest first, until it fits (a larger map is still a true one)."""
+    ranges = list(ranges)
+    while True:
+        text = "%s:%s" % (MAP_FORMAT, base64.b64encode(zlib.compress(
+            _varints(ranges), 9)).decode("ascii"))
+        if len(text) <= limit or len(ranges) <= 1:
+            return text
+        ranges = _coarser(ranges)
+
+
+def _coarser(ranges):
+    """ranges with the smallest half of its gaps filled."""
+    gaps = sorted(ranges[i + 1][0] - ranges[i][1]
+                  for i in range(len(ranges) - 1))
+    cut = gaps[len(gaps) // 2]
+    out = [ranges[0]]
+    for offset, end in ranges[1:]:
+        if offset - out[-1][1] <= cut:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((offset, end))
+    return out
+
+
+def decode_map(text):
+    """The range set encode_map wrote; MetadataUnreadable otherwise."""
+    try:
+        fmt, _, data = text.partition(":")
+        if fmt != MAP_FORMAT:
+            raise ValueError("format %r" % fmt)
+        numbers = _numbers(zlib.decompress(base64.b64decode(
+            data.encode("ascii"), validate=True)))
+    except (ValueError, TypeError, zlib.error) as exc:
+        raise errors.MetadataUnreadable(
+            "unreadable allocation map (%s)" % exc)
+    if len(numbers) % 2:
+        raise errors.MetadataUnreadable("allocation map: odd length")
+    ranges, at = [], 0
+    for i in range(0, len(numbers), 2):
+        offset = at + numbers[i]
+        at = offset + numbers[i + 1]
+        ranges.append((offset, at))
+    return normal(ranges)
+
+
+def _varints(ranges):
+    out, at = bytearray(), 0
+    for offset, end in ranges:
+        for number in (offset - at, end - offset):
+            while number >= 0x80:
+                out.append(0x80 | (number & 0x7f))
+                number >>= 7
+            out.append(number)
+        at = end
+    return bytes(out)
+
+
+def _numbers(data):
+    numbers, value, shift = [], 0, 0
+    for byte in bytearray(data):
+        value |= (byte & 0x7f) << shift
+        shift += 7
+        if not byte & 0x80:
+            numbers.append(value)
+            value, shift = 0, 0
+    if shift:
+        raise ValueError("truncated varint")
+    return numbers
