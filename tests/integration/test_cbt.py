@@ -1,0 +1,208 @@
+"""Changed block tracking on real ZFS, as Xen Orchestra drives it through
+xapi: enable CBT, snapshot, read the snapshot whole (the full backup), then
+rounds of guest writes, a new snapshot, Volume.list_changed_blocks(previous,
+new), the changed blocks read from the new snapshot's dom0 attach and
+applied to the backup copy, and Volume.data_destroy of the previous
+snapshot ("purge snapshot data"). After every round the backup copy must
+equal the new snapshot, byte for byte; the blocks that really changed
+(both snapshots compared 64 KiB block by block) must all be reported; what
+is reported beyond them is printed.
+"""
+
+import base64
+import hashlib
+import os
+import random
+
+import pytest
+
+from conftest import sh
+from datapath_util import attach_dom0, detach_dom0, once
+
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+G = 64 * KiB
+
+
+@pytest.fixture
+def sr(plugin, disks, new_uuid):
+    from conftest import one_disk_sr
+    yield from one_disk_sr(plugin, disks, new_uuid, "cbtsr")
+
+
+def blocks_of(result, size):
+    """The block numbers a list_changed_blocks answer marks."""
+    assert result["granularity"] == G
+    bits = base64.b64decode(result["bitmap"])
+    assert len(bits) == (size // G + 7) // 8
+    return set(i for i in range(len(bits) * 8)
+               if bits[i // 8] & (0x80 >> (i % 8)))
+
+
+def changed(plugin, sr, key, key2, size):
+    return blocks_of(plugin("Volume.list_changed_blocks", sr=sr, key=key,
+                            key2=key2, offset=0, length=-1), size)
+
+
+def content(dp, vol):
+    """A VDI's bytes, read from its dom0 attach (read-only)."""
+    path = attach_dom0(dp, vol, readonly=True, call=once)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    finally:
+        detach_dom0(dp, vol, call=once)
+    assert len(data) == vol["virtual_size"]
+    return data
+
+
+def truth(old, new):
+    """The 64 KiB blocks that differ (old padded with zeros: a grown disk
+    reads zeros past its old end)."""
+    old = old + b"\0" * (len(new) - len(old))
+    return set(i for i in range(len(new) // G)
+               if old[i * G:(i + 1) * G] != new[i * G:(i + 1) * G])
+
+
+def write(dataset, offset, data):
+    fd = os.open("/dev/zvol/" + dataset, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def discard(dataset, offset, length):
+    sh("blkdiscard", "-o", str(offset), "-l", str(length),
+       "/dev/zvol/" + dataset)
+
+
+def dataset_of(vol):
+    (uri,) = vol["uri"]
+    return uri[len("zfs-ng:///"):]
+
+
+def apply(backup, new, blocks):
+    """The backup copy with the listed blocks of new copied in."""
+    out = bytearray(backup[:len(new)] + b"\0" * (len(new) - len(backup)))
+    for b in blocks:
+        out[b * G:(b + 1) * G] = new[b * G:(b + 1) * G]
+    return bytes(out)
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def guest_round(plugin, sr, vol, rnd, n):
+    """One round of what a guest does between two backups: unaligned
+    writes crossing 64 KiB boundaries, zeros over data, a discard, a
+    write into never-written space; the fourth round grows the disk
+    first and writes past the old end."""
+    ds = dataset_of(vol)
+    size = plugin("Volume.stat", sr=sr, key=vol["key"])["virtual_size"]
+    if n == 3:
+        plugin("Volume.resize", sr=sr, key=vol["key"], new_size=size + 32 * MiB)
+        sh("udevadm", "settle")
+        write(ds, size + 5 * MiB + 3, os.urandom(100 * KiB))
+        size += 32 * MiB
+    for _ in range(6):
+        at = rnd.randrange(0, size - 200 * KiB)
+        write(ds, at, os.urandom(rnd.randrange(1, 150 * KiB)))
+    write(ds, rnd.randrange(0, 8 * MiB // G) * G - 4 * KiB + 8 * KiB,
+          b"\0" * (70 * KiB))                      # zeros over data
+    discard(ds, rnd.randrange(0, 8 * MiB // G) * G, 128 * KiB)
+    write(ds, 48 * MiB + n * 2 * MiB, os.urandom(16 * KiB))  # fresh space
+
+
+def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr):
+    rnd = random.Random(14)
+    vol = plugin("Volume.create", sr=sr, name="vm disk", description="",
+                 size=64 * MiB, sharable=False)
+    key = vol["key"]
+    plugin("Volume.enable_cbt", sr=sr, key=key)
+    assert plugin("Volume.stat", sr=sr, key=key)["cbt_enabled"] is True
+    ds = dataset_of(vol)
+    write(ds, 0, os.urandom(8 * MiB))
+    write(ds, 63 * MiB, os.urandom(MiB))          # a GPT backup at the end
+    prev = plugin("Volume.snapshot", sr=sr, key=key)
+    assert prev["cbt_enabled"] is True
+    backup = content(dp, prev)                    # the full backup
+    first, first_content = prev, backup
+    report = []
+    for n in range(5):
+        guest_round(plugin, sr, vol, rnd, n)
+        new = plugin("Volume.snapshot", sr=sr, key=key)
+        size = new["virtual_size"]
+        got = changed(plugin, sr, prev["key"], new["key"], size)
+        now = content(dp, new)
+        want = truth(backup, now)
+        assert want <= got, sorted(want - got)    # never a missed block
+        backup = apply(backup, now, got)
+        assert sha(backup) == sha(now)
+        report.append((n, len(want), len(got)))
+        plugin("Volume.data_destroy", sr=sr, key=prev["key"])
+        plugin("Volume.set", sr=sr, key=prev["key"], k="vdi-type",
+               v="cbt_metadata")                  # what xapi does next
+        kept = plugin("Volume.stat", sr=sr, key=prev["key"])
+        assert kept["keys"] == {"vdi-type": "cbt_metadata"}
+        assert kept["read_write"] is False and kept["cbt_enabled"] is True
+        assert kept["virtual_size"] == prev["virtual_size"]
+        assert "@" + prev["key"] not in " ".join(
+            sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
+               sr).split())                       # its data is gone
+        prev = new
+    print("rounds (round, blocks changed, blocks reported):", report)
+    # after the first round the maps know the never-written space: the
+    # report is the change, within the 64 KiB rounding
+    for n, want, got in report[1:]:
+        assert got <= want + 2, report
+    # from a data-destroyed base (its bookmark) to the newest snapshot
+    latest = content(dp, prev)
+    got = changed(plugin, sr, first["key"], prev["key"], len(latest))
+    want = truth(first_content, latest)
+    assert want <= got, sorted(want - got)
+    # and to the live disk, through a snapshot taken for the call
+    write(ds, 3 * MiB + 5, os.urandom(10))
+    got = changed(plugin, sr, prev["key"], key, len(latest))
+    assert {(3 * MiB + 5) // G} <= got and len(got) <= 2, sorted(got)
+    assert "zfsng-cbt-" not in sh("zfs", "list", "-H", "-t", "all", "-r",
+                                  "-o", "name", sr)
+    # everything goes: the disk is hidden while data-destroyed snapshots
+    # hold bookmarks on it, freed with the last of them
+    keys = [v["key"] for v in plugin("SR.ls", sr=sr)]
+    plugin("Volume.destroy", sr=sr, key=key)
+    for k in keys:
+        plugin("Volume.destroy", sr=sr, key=k)
+    assert plugin("SR.ls", sr=sr) == []
+    assert sh("zfs", "list", "-H", "-t", "all", "-r", "-o", "name",
+              sr).split() == [sr]
+
+
+def test_a_data_destroyed_snapshot_cannot_be_attached_or_cloned(
+        plugin, dp, sr):
+    vol = plugin("Volume.create", sr=sr, name="d", description="",
+                 size=16 * MiB, sharable=False)
+    plugin("Volume.enable_cbt", sr=sr, key=vol["key"])
+    snap = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    plugin("Volume.data_destroy", sr=sr, key=snap["key"])
+    kept = plugin("Volume.stat", sr=sr, key=snap["key"])  # as xapi does
+    with pytest.raises(Exception) as err:
+        attach_dom0(dp, kept, readonly=True, call=once)
+    assert "DataDestroyed" in str(err.value)
+    with pytest.raises(Exception) as err:
+        plugin("Volume.clone", sr=sr, key=snap["key"])
+    assert "DataDestroyed" in str(err.value)
+
+
+def test_a_sparse_16_tib_disk_lists_only_what_was_written(plugin, sr):
+    vol = plugin("Volume.create", sr=sr, name="big", description="",
+                 size=16 * TiB, sharable=False)
+    key, ds = vol["key"], dataset_of(vol)
+    plugin("Volume.enable_cbt", sr=sr, key=key)
+    write(ds, 0, os.urandom(MiB))
+    a = plugin("Volume.snapshot", sr=sr, key=key)
+    write(ds, 8 * TiB, os.urandom(MiB))
+    b = plugin("Volume.snapshot", sr=sr, key=key)
+    got = changed(plugin, sr, a["key"], b["key"], 16 * TiB)
+    assert got == set(range(8 * TiB // G, (8 * TiB + MiB) // G))
