@@ -2,7 +2,14 @@
 # Add XCP-ng's blktap to a guest image (once, cached): tapdisk, tap-ctl and
 # vhd-util of blktap v3.55.5, and the blktap2 kernel driver built for the
 # guest's kernel (as DKMS builds ZFS's), so that the datapath runs against
-# the real tapdisk.
+# the real tapdisk. Also what the NBD tests need to read a VDI as Xen
+# Orchestra does (tests/integration/nbd_util.py): Debian's nodejs, openssl
+# (the test server's TLS certificates) and, in /opt/zfsng-nbd, XO's NBD
+# client @vates/nbd-client with its dependencies, at the versions of
+# tests/guest/nbd/package-lock.json. Those node_modules are installed on
+# the host (`npm ci`, so npm must be there; .ci/run installs it) and copied
+# in; the script that drives the client, tests/guest/nbd/read-blocks.mjs,
+# is not: the tests run it from /src, so editing it rebuilds nothing.
 #
 #   blktap-image.sh <image dir made by build-image.sh>
 #
@@ -32,8 +39,9 @@ die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (loop mount, chroot)"
 
-hash=$(cat "${BASH_SOURCE[0]}" "$here/lib.sh" "$recipe/sources" "$recipe"/*.patch |
-    sha256sum | cut -c1-12)
+nbd=$here/nbd
+hash=$(cat "${BASH_SOURCE[0]}" "$here/lib.sh" "$recipe/sources" "$recipe"/*.patch \
+    "$nbd/package.json" "$nbd/package-lock.json" | sha256sum | cut -c1-12)
 cache_root=$(dirname "$base")
 final="$base-blktap-$hash"
 
@@ -72,9 +80,22 @@ while read -r file sum url; do
 done <"$recipe/sources"
 [ ${#archives[@]} -eq 2 ] || die "expected two archives in $recipe/sources"
 
+# --- XO's NBD client: node_modules from the lock file, on the host -----------
+# No install scripts: the packages are plain JavaScript, none needs building.
+command -v npm >/dev/null || die "npm is needed on the host (apt-get install npm)"
+nbd_build=$(mktemp -d "$cache_root/.build-nbd.XXXXXX")
+trap 'rm -rf "$nbd_build"' EXIT
+cp "$nbd/package.json" "$nbd/package-lock.json" "$nbd_build/"
+log "installing @vates/nbd-client (npm ci)"
+(cd "$nbd_build" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund) \
+    >"$nbd_build/npm.log" 2>&1 || { tail -n 40 "$nbd_build/npm.log" >&2; die "npm ci failed"; }
+rm -f "$nbd_build/npm.log"
+
 # --- a copy of the base image, mounted --------------------------------------
 work=$(mktemp -d "$cache_root/.build-blktap.XXXXXX")
 work_area "$work"
+# (work_area's EXIT trap replaces the one above: the client moves under $work)
+mv "$nbd_build" "$work/nbd"
 
 log "copying $base"
 cp --sparse=always "$base/rootfs.img" "$work/rootfs.img"
@@ -93,9 +114,10 @@ in_root test -d "/lib/modules/$kver/build/" || die "no kernel headers for $kver 
 # --- build and install ------------------------------------------------------
 log "installing build and run-time dependencies"
 in_root apt-get update -q >&2
+# nodejs and openssl: the NBD tests (XO's client, the server's certificates).
 in_root apt-get install -y -q build-essential autoconf automake libtool pkg-config patch \
     libaio-dev uuid-dev libxen-dev zlib1g-dev libssl-dev libcmocka-dev \
-    busybox >"$work/apt.log" 2>&1 ||
+    busybox nodejs openssl >"$work/apt.log" 2>&1 ||
     { tail -n 40 "$work/apt.log" >&2; die "apt-get install failed"; }
 
 mkdir -p "$root/usr/src/blktap" "$root/usr/src/blktap-module"
@@ -134,6 +156,18 @@ for f in /usr/sbin/tap-ctl /usr/libexec/tapdisk /usr/bin/vhd-util \
     [ -e "$root$f" ] || die "$f was not installed"
 done
 
+log "installing @vates/nbd-client in /opt/zfsng-nbd"
+mkdir -p "$root/opt/zfsng-nbd"
+cp -R "$work/nbd/package.json" "$work/nbd/package-lock.json" "$work/nbd/node_modules" \
+    "$root/opt/zfsng-nbd/"
+chown -R 0:0 "$root/opt/zfsng-nbd"
+# The guest's node must load the client (Debian's node is older than the host's).
+in_root sh -c 'cd /opt/zfsng-nbd && node --input-type=module \
+    -e "import { NbdTcpClient } from \"@vates/nbd-client\"; new NbdTcpClient({ address: \"::1\" })"' \
+    >&2 || die "the guest's node cannot load @vates/nbd-client"
+node_version=$(in_root node --version)
+nbd_client=$(sed -n 's/^ *"@vates\/nbd-client": "\(.*\)"$/\1/p' "$nbd/package.json")
+
 rm -rf "$root/usr/src/blktap" "$root/usr/src/blktap-module" \
     "$root/usr/src/blktap-patches" "$root/usr/sbin/policy-rc.d"
 in_root apt-get clean
@@ -143,6 +177,7 @@ unmount_all
 {
     cat "$base/info"
     echo "blktap=3.55.5 blktap_module=7cbdcb0 blktap_recipe=$hash"
+    echo "node=$node_version nbd_client=$nbd_client"
     echo "blktap_seconds=$((SECONDS - start))"
 } >"$work/info"
 rm -f "$work"/*.log
