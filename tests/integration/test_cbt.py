@@ -3,7 +3,10 @@ xapi: enable CBT, snapshot, read the snapshot whole (the full backup), then
 rounds of guest writes, a new snapshot, Volume.list_changed_blocks(previous,
 new), the changed blocks read from the new snapshot's dom0 attach and
 applied to the backup copy, and Volume.data_destroy of the previous
-snapshot ("purge snapshot data"). After every round the backup copy must
+snapshot ("purge snapshot data"). The reads go as XO's do: the snapshot's
+dom0 attach (the datapath plugin) served read-only over NBD with TLS by a
+real server (qemu-nbd, standing for xapi's), read by XO's own client,
+@vates/nbd-client (nbd_util). After every round the backup copy must
 equal the new snapshot, byte for byte; the blocks that really changed
 (both snapshots compared 64 KiB block by block) must all be reported; what
 is reported beyond them is printed.
@@ -16,6 +19,7 @@ import random
 
 import pytest
 
+import nbd_util
 from conftest import sh
 from datapath_util import attach_dom0, detach_dom0, once
 
@@ -82,12 +86,23 @@ def dataset_of(vol):
     return uri[len("zfs-ng:///"):]
 
 
-def apply(backup, new, blocks):
-    """The backup copy with the listed blocks of new copied in."""
-    out = bytearray(backup[:len(new)] + b"\0" * (len(new) - len(backup)))
-    for b in blocks:
-        out[b * G:(b + 1) * G] = new[b * G:(b + 1) * G]
-    return bytes(out)
+def backup_over_nbd(dp, vol, blocks, path):
+    """Read blocks ("all": the full backup) of a snapshot VDI as XO does:
+    its dom0 attach served over NBD, read by XO's client into the backup
+    file at path (sized to the VDI). Returns the bytes the client read."""
+    device = attach_dom0(dp, vol, readonly=True, call=once)
+    try:
+        with nbd_util.serve(device) as server:
+            done = nbd_util.read_blocks(server, path, blocks,
+                                        size=vol["virtual_size"])
+    finally:
+        detach_dom0(dp, vol, call=once)
+    return done["bytes"]
+
+
+def file_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def sha(data):
@@ -115,7 +130,8 @@ def guest_round(plugin, sr, vol, rnd, n):
     write(ds, 48 * MiB + n * 2 * MiB, os.urandom(16 * KiB))  # fresh space
 
 
-def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr):
+def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr,
+                                                           tmp_path):
     rnd = random.Random(14)
     vol = plugin("Volume.create", sr=sr, name="vm disk", description="",
                  size=64 * MiB, sharable=False)
@@ -127,7 +143,10 @@ def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr):
     write(ds, 63 * MiB, os.urandom(MiB))          # a GPT backup at the end
     prev = plugin("Volume.snapshot", sr=sr, key=key)
     assert prev["cbt_enabled"] is True
-    backup = content(dp, prev)                    # the full backup
+    copy = str(tmp_path / "backup.raw")
+    assert backup_over_nbd(dp, prev, "all", copy) == 64 * MiB
+    backup = file_bytes(copy)                     # the full backup
+    assert sha(backup) == sha(content(dp, prev))
     first, first_content = prev, backup
     report = []
     for n in range(5):
@@ -138,7 +157,9 @@ def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr):
         now = content(dp, new)
         want = truth(backup, now)
         assert want <= got, sorted(want - got)    # never a missed block
-        backup = apply(backup, now, got)
+        read = backup_over_nbd(dp, new, sorted(got), copy)
+        assert read == len(got) * G
+        backup = file_bytes(copy)
         assert sha(backup) == sha(now)
         report.append((n, len(want), len(got)))
         plugin("Volume.data_destroy", sr=sr, key=prev["key"])
