@@ -59,7 +59,9 @@ get`` without ``-o``.
 import json
 import os
 import re
+import subprocess
 import sys
+import time
 
 _TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 for _dir in ("tests/unit", "volume", "datapath"):
@@ -99,6 +101,15 @@ class Recorder(object):
         self.records.append((list(argv), result.rc, result.out, result.err))
         return result
 
+    def stream(self, argv, consume):
+        """runner.stream's seam (zfs send): kept with what consume made of
+        the stream (sendstream.writes_and_frees: the range sets) as its
+        stdout, in JSON."""
+        result, value = self.inner.stream(argv, consume)
+        self.records.append((list(argv), result.rc, json.dumps(value),
+                             result.err))
+        return result, value
+
 
 def _handlers():
     table = volmain.handlers()
@@ -117,11 +128,13 @@ def _uuids():
 
 
 class Run(object):
-    """One play of SCENARIO: [(step, outcome, [records])]."""
+    """One play of SCENARIO: [(step, outcome, [records])]. write(dataset,
+    offset, length): a guest's write to a zvol, on this side."""
 
-    def __init__(self, recorder, disks):
+    def __init__(self, recorder, disks, write=None):
         self.recorder = recorder
         self.disks = disks
+        self.write = write
         self.steps = []
         self.vols = {}
         self.handlers = _handlers()
@@ -213,6 +226,75 @@ def scenario(run):
     c("destroy SR", "SR.destroy", sr=sr)
 
 
+def cbt_scenario(run):
+    """Changed block tracking: writes between snapshots, the changed
+    blocks listed (between snapshots, to the live disk, from a
+    data-destroyed snapshot's bookmark), data_destroy and the destroys.
+    What zfs send carried (its writes and frees) and what zdb read are
+    compared too."""
+    d1 = run.disks[0]
+    c, need = run.call, run.need
+    stored = need("create SR", "SR.create", uuid=SR_A, name=POOL,
+                  description="cbt", configuration={"device": d1})
+    sr = need("attach", "SR.attach", configuration=stored)
+    key = need("create volume", "Volume.create", sr=sr, name="tracked",
+               description="", size=64 * MiB, sharable=False)["key"]
+    dataset = "%s/%s" % (sr, key)
+    c("enable cbt", "Volume.enable_cbt", sr=sr, key=key)
+    run.write(dataset, 0, 64 * 1024)
+    a = need("snapshot a", "Volume.snapshot", sr=sr, key=key)["key"]
+    run.write(dataset, 1 * MiB, 4096)
+    run.write(dataset, 5 * MiB, 64 * 1024)
+    b = need("snapshot b", "Volume.snapshot", sr=sr, key=key)["key"]
+    c("changed a -> b", "Volume.list_changed_blocks", sr=sr, key=a, key2=b,
+      offset=0, length=-1)
+    run.write(dataset, 2 * MiB, 4096)
+    c("changed b -> live", "Volume.list_changed_blocks", sr=sr, key=b,
+      key2=key, offset=0, length=-1)
+    snap_c = need("snapshot c", "Volume.snapshot", sr=sr, key=key)["key"]
+    c("changed b -> c", "Volume.list_changed_blocks", sr=sr, key=b,
+      key2=snap_c, offset=0, length=-1)
+    c("data_destroy a", "Volume.data_destroy", sr=sr, key=a)
+    c("data_destroy a again", "Volume.data_destroy", sr=sr, key=a)
+    c("set key on a", "Volume.set", sr=sr, key=a, k="vdi-type",
+      v="cbt_metadata")
+    c("changed a (bookmark) -> c", "Volume.list_changed_blocks", sr=sr,
+      key=a, key2=snap_c, offset=0, length=-1)
+    c("stat a", "Volume.stat", sr=sr, key=a)
+    c("changed from the live disk", "Volume.list_changed_blocks", sr=sr,
+      key=key, key2=snap_c, offset=0, length=-1)
+    c("data_destroy the live disk", "Volume.data_destroy", sr=sr, key=key)
+    c("ls", "SR.ls", sr=sr)
+    c("destroy the live disk", "Volume.destroy", sr=sr, key=key)
+    for label, k in (("a", a), ("b", b), ("c", snap_c)):
+        c("destroy " + label, "Volume.destroy", sr=sr, key=k)
+    c("ls at the end", "SR.ls", sr=sr)
+    c("destroy SR", "SR.destroy", sr=sr)
+
+
+CBT_EXPECTED_ERRORS = {
+    "changed from the live disk": "InvalidArgument",
+    "data_destroy the live disk": "InvalidArgument",
+}
+
+
+def guest_write(dataset, offset, length):
+    """A guest's write on the real side: random (incompressible) bytes
+    through the zvol's device, flushed."""
+    path = "/dev/zvol/" + dataset
+    for _ in range(300):
+        if os.path.exists(path):
+            break
+        subprocess.call(["udevadm", "settle", "--timeout=5"])
+        time.sleep(0.1)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, os.urandom(length), offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 # --- playing it on each side -------------------------------------------------
 
 def _isolate(monkeypatch, tmp):
@@ -225,15 +307,16 @@ def _isolate(monkeypatch, tmp):
     monkeypatch.setattr(names, "new_uuid", _uuids())
 
 
-def play(inner, disks, monkeypatch, tmp):
-    """SCENARIO through wire.call with inner as the runner."""
+def play(inner, disks, monkeypatch, tmp, plays=None, write=None):
+    """plays (SCENARIO unless told) through wire.call with inner as the
+    runner."""
     with monkeypatch.context() as m:
         _isolate(m, tmp)
         recorder = Recorder(inner)
         old = runner.set_runner(recorder)
         try:
-            run = Run(recorder, disks)
-            scenario(run)
+            run = Run(recorder, disks, write)
+            (plays or scenario)(run)
         finally:
             runner.set_runner(old)
     return run
@@ -330,6 +413,11 @@ def _table(out, columns, guids):
 def _stdout(argv, out, guids):
     """stdout reduced to what the plugin reads of it."""
     prog, verb = argv[0], argv[1] if len(argv) > 1 else ""
+    if prog == "zdb" and "-dddd" in argv:
+        return [line.strip() for line in out.splitlines()
+                if line.strip().startswith("dnode maxblkid:")]
+    if prog == "zfs" and verb == "send":
+        return json.loads(out)     # the stream's (writes, frees)
     if prog == "zdb":
         label = {}
         for line in out.splitlines():
@@ -538,5 +626,30 @@ def test_the_fake_answers_the_plugins_commands_as_real_zfs(
     errors_seen = dict((label, outcome[1]) for label, _, outcome, _ in
                        real.steps if outcome[0] == "error")
     assert errors_seen == EXPECTED_ERRORS
+    diff = differences(normalize(real), normalize(fake_run))
+    assert not diff, "\n".join(diff)
+
+
+def test_the_fake_answers_the_cbt_commands_as_real_zfs(
+        disks, monkeypatch, tmp_path):
+    """cbt_scenario on both sides: bookmarks, zfs send -i (from a
+    snapshot, from a bookmark), zdb -dddd, zfs inherit on snapshots, the
+    volmode=none zvol of a data-destroyed snapshot."""
+    from zfsng import hostid
+    one = disks[:1]
+    real = play(runner.SubprocessRunner(), one, monkeypatch,
+                str(tmp_path / "real"), cbt_scenario, guest_write)
+    fake = fake_host(one, hostid.current())
+    fake_run = play(fake, one, monkeypatch, str(tmp_path / "fake"),
+                    cbt_scenario, fake.guest_write)
+    assert not fake.unknown, fake.unknown
+    dump = os.environ.get("ZFSNG_CONTRACT_DUMP")
+    if dump:
+        with open(dump + ".cbt", "w") as f:
+            json.dump({"real": real.steps, "fake": fake_run.steps}, f,
+                      indent=1)
+    errors_seen = dict((label, outcome[1]) for label, _, outcome, _ in
+                       real.steps if outcome[0] == "error")
+    assert errors_seen == CBT_EXPECTED_ERRORS
     diff = differences(normalize(real), normalize(fake_run))
     assert not diff, "\n".join(diff)

@@ -29,13 +29,23 @@ keeps 1/32 as slop space; datasets account used = usedbydataset +
 usedbysnapshots + usedbyrefreservation + usedbychildren, ``available`` is
 the pool's free space (plus the unconsumed refreservation of a volume), and
 a thick volume's refreservation is its size plus block-pointer overhead.
+
+Changed block tracking: tests declare what a guest wrote or discarded
+(``guest_write``, ``guest_free``); each zvol keeps the birth txg of every
+block ever written (snapshots and clones copy them), so ``zfs send -i``
+(read through the runner's ``stream``) emits a real record stream of the
+blocks born since the base, holes and tail FREE as OpenZFS sends them
+(``_zfs_send``), ``zdb -e -dddd <snapshot> 1`` prints the data object's
+maxblkid, and bookmarks (``zfs bookmark``) are datasets of kind bookmark
+that go with their zvol and never hold it.
 """
 
 import os
 import re
 import shlex
+import struct
 
-from zfsng import runner
+from zfsng import errors, runner
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -49,7 +59,7 @@ MUTATING = {
     ("zpool", "destroy"), ("zpool", "labelclear"), ("zfs", "create"),
     ("zfs", "set"), ("zfs", "inherit"), ("zfs", "destroy"),
     ("zfs", "snapshot"), ("zfs", "clone"), ("zfs", "rename"),
-    ("zfs", "promote"), ("wipefs",),
+    ("zfs", "promote"), ("zfs", "bookmark"), ("wipefs",),
 }
 
 FS_BASE = 24 * KiB        # what an empty filesystem references
@@ -203,22 +213,33 @@ class Dataset(object):
         self.unique = 0             # snapshots: bytes only they hold
         self.clones = []            # snapshots: names of their clones
         self.defer_destroy = False  # snapshots
+        # Volumes and their snapshots: the data object's level-0 blocks
+        # ever written, blkid -> (birth txg, data: True, a hole: False),
+        # its dn_maxblkid (0 for a zvol never written, as ZFS has it) and
+        # the txg its dnode last changed (a write, a free, a new volsize).
+        # Bookmarks: createtxg is the txg of the snapshot they mark.
+        self.blocks = {}
+        self.maxblkid = 0
+        self.dnode_txg = txg
 
 
 def _parent_name(name):
-    if "@" in name:
-        return name.split("@", 1)[0]
+    if "@" in name or "#" in name:
+        return _head(name)
     return name.rsplit("/", 1)[0] if "/" in name else None
 
 
 def _head(name):
-    return name.split("@", 1)[0]
+    """The dataset of a snapshot or bookmark name; a dataset's own."""
+    return re.split("[@#]", name, 1)[0]
 
 
 def _sort_key(ds):
-    """zfs list's default order: by dataset name, snapshots after their
-    dataset in creation order."""
-    return (_head(ds.name), ds.kind == "snapshot", ds.createtxg)
+    """zfs list's default order (libzfs_dataset_cmp): by dataset name,
+    snapshots and bookmarks after their dataset in creation order (a
+    bookmark after the snapshot it was made from)."""
+    return (_head(ds.name), ds.kind in ("snapshot", "bookmark"),
+            ds.createtxg, ds.kind == "bookmark")
 
 
 def _getopt(argv, spec):
@@ -282,6 +303,7 @@ class FakeZfs(object):
         # this fake always had (tests/unit/test_fakezfs.py relies on it).
         # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).
         self.user_value_cap = None
+        self._sending = None        # zfs send's stream while it runs
 
     @classmethod
     def with_disks(cls):
@@ -330,6 +352,8 @@ class FakeZfs(object):
 
     def _zdb(self, argv):
         """``zdb -l -- <device>``: the first label's pool facts."""
+        if argv[1:2] == ["-e"]:
+            return self._zdb_objects(argv)
         if argv[1:3] != ["-l", "--"] or len(argv) != 4:
             raise _Unknown()
         dev = self._dev(argv[3])
@@ -564,6 +588,65 @@ class FakeZfs(object):
                 snaps[-1].unique += overwrite
             ds.from_origin = max(0, ds.from_origin - overwrite)
 
+    def guest_write(self, name, offset, length):
+        """A guest writes (non-zero data) to bytes offset..offset+length of
+        zvol name: every volblocksize block it touches is born in a new
+        txg, as ZFS writes whole blocks. Used space grows by the blocks
+        that held no data."""
+        pool, ds = self._zvol(name)
+        first, last = self._block_range(ds, offset, length)
+        fresh = [b for b in range(first, last + 1)
+                 if not ds.blocks.get(b, (0, False))[1]]
+        self._check_space(pool, name, len(fresh) * ds.volblocksize, ds)
+        pool.txg += 1
+        for blkid in range(first, last + 1):
+            ds.blocks[blkid] = (pool.txg, True)
+        ds.maxblkid = max(ds.maxblkid, last)
+        ds.dnode_txg = pool.txg
+        ds.refer += len(fresh) * ds.volblocksize
+
+    def guest_free(self, name, offset, length):
+        """A guest discards bytes offset..offset+length of zvol name
+        (zvol_discard: dmu_free_long_range). Whole blocks holding data or
+        written before become holes born in a new txg; a block never
+        written stays a hole without birth time; the partly covered
+        blocks at either end are zeroed in place: rewritten. maxblkid
+        does not shrink (only a truncation would)."""
+        pool, ds = self._zvol(name)
+        block = ds.volblocksize
+        first, last = self._block_range(ds, offset, length)
+        pool.txg += 1
+        for blkid in range(first, last + 1):
+            whole = offset <= blkid * block and \
+                (blkid + 1) * block <= offset + length
+            birth, data = ds.blocks.get(blkid, (None, False))
+            if birth is None:
+                continue
+            if whole:
+                ds.blocks[blkid] = (pool.txg, False)
+                ds.refer -= block if data else 0
+            elif data:
+                ds.blocks[blkid] = (pool.txg, True)
+        ds.dnode_txg = pool.txg
+
+    def _zvol(self, name):
+        pool, ds = self._lookup(name)
+        assert ds.kind == "volume", "a guest writes to zvols: %s" % name
+        return pool, ds
+
+    @staticmethod
+    def _block_range(ds, offset, length):
+        assert length > 0 and 0 <= offset and \
+            offset + length <= ds.volsize, (offset, length, ds.volsize)
+        return offset // ds.volblocksize, \
+            (offset + length - 1) // ds.volblocksize
+
+    @staticmethod
+    def _copy_data(source, ds):
+        """A snapshot or clone starts with its source's blocks."""
+        ds.blocks = dict(source.blocks)
+        ds.maxblkid, ds.dnode_txg = source.maxblkid, source.dnode_txg
+
     # --- model helpers -------------------------------------------------------
 
     def _new_guid(self):
@@ -590,7 +673,7 @@ class FakeZfs(object):
 
     def _lookup(self, name, errprefix=None):
         """(pool, dataset) of an imported dataset, or CommandError."""
-        pool = self._active_pool(name.split("/")[0].split("@")[0])
+        pool = self._active_pool(_head(name.split("/")[0]))
         ds = pool.datasets.get(name) if pool else None
         if ds is None:
             raise CommandError("%s: dataset does not exist"
@@ -599,7 +682,7 @@ class FakeZfs(object):
 
     def _children(self, pool, name):
         return sorted((d for d in pool.datasets.values()
-                       if d.kind != "snapshot" and
+                       if d.kind not in ("snapshot", "bookmark") and
                        _parent_name(d.name) == name), key=_sort_key)
 
     def _snapshots(self, pool, name):
@@ -607,11 +690,18 @@ class FakeZfs(object):
                        if d.kind == "snapshot" and _head(d.name) == name),
                       key=lambda d: d.createtxg)
 
-    def _descendants(self, pool, name):
-        """Everything below name: children, snapshots, recursively."""
+    def _descendants(self, pool, name, bookmarks=False):
+        """Everything below name: children, snapshots (and bookmarks),
+        recursively."""
         return [d for d in pool.datasets.values()
                 if d.name.startswith(name + "/") or
-                d.name.startswith(name + "@")]
+                d.name.startswith(name + "@") or
+                (bookmarks and d.name.startswith(name + "#"))]
+
+    def _bookmarks(self, pool, name):
+        return sorted((d for d in pool.datasets.values()
+                       if d.kind == "bookmark" and _head(d.name) == name),
+                      key=lambda d: d.createtxg)
 
     # space
 
@@ -699,6 +789,11 @@ class FakeZfs(object):
 
     def _value(self, pool, ds, prop):
         """The text ``zfs list -Hp`` prints for prop; None means ``-``."""
+        if ds.kind == "bookmark":
+            # a bookmark has no property but these (user ones neither)
+            return {"name": ds.name, "type": "bookmark", "guid": ds.guid,
+                    "createtxg": str(ds.createtxg),
+                    "creation": str(1700000000 + ds.createtxg)}.get(prop)
         snap = ds.kind == "snapshot"
         head = pool.datasets.get(_head(ds.name))
         is_vol = (head or ds).kind == "volume"
@@ -1608,7 +1703,7 @@ class FakeZfs(object):
         argtypes = set(types)
         if recurse:
             argtypes.add("filesystem")
-            if "snapshot" in types:
+            if types & {"snapshot", "bookmark"}:
                 argtypes.add("volume")
         found = []
         if roots is None:
@@ -1628,10 +1723,11 @@ class FakeZfs(object):
             base = ds.name.count("/") + ds.name.count("@")
             members = [ds]
             if recurse:
-                members += [d for d in self._descendants(pool, ds.name)
+                members += [d for d in self._descendants(pool, ds.name,
+                                                         bookmarks=True)
                             if depth is None or
-                            d.name.count("/") + d.name.count("@") - base
-                            <= depth]
+                            d.name.count("/") + d.name.count("@") +
+                            d.name.count("#") - base <= depth]
             for member in sorted(members, key=_sort_key):
                 if member.kind in types:
                     found.append((pool, member))
@@ -1647,7 +1743,7 @@ class FakeZfs(object):
         types = self._types(flags.get("t", "filesystem,volume"))
         recurse = "r" in flags or "d" in flags
         depth = int(flags["d"]) if "d" in flags else None
-        if types == {"snapshot"} and not recurse:
+        if types and types <= {"snapshot", "bookmark"} and not recurse:
             recurse, depth = True, 1   # zfs list -t snapshot <dataset>
         rows = []
         for pool, ds in self._iterate(args, types, recurse, depth):
@@ -1770,6 +1866,9 @@ class FakeZfs(object):
         """zfs_prop_set_special() for volsize and refreservation: whether
         it took (a refreservation needs the free space it adds)."""
         if key == "volsize":
+            if int(value) != ds.volsize:
+                pool.txg += 1
+                ds.dnode_txg = pool.txg    # object 2 (the size) rewritten
             ds.volsize = int(value)
             return True
         if value != "none":
@@ -1885,6 +1984,7 @@ class FakeZfs(object):
             snap = self._new_dataset(pool, name, "snapshot", props)
             snap.refer = head.refer
             snap.volsize, snap.volblocksize = head.volsize, head.volblocksize
+            self._copy_data(head, snap)
         return ""
 
     def _zfs_clone(self, argv):
@@ -1924,6 +2024,7 @@ class FakeZfs(object):
         ds = self._new_dataset(pool, name, head.kind, props)
         ds.origin, ds.refer, ds.from_origin = origin, snap.refer, snap.refer
         ds.volsize, ds.volblocksize = snap.volsize, snap.volblocksize
+        self._copy_data(snap, ds)
         snap.clones.append(name)
         return ""
 
@@ -1935,6 +2036,8 @@ class FakeZfs(object):
         name = args[0]
         if "@" in name:
             return self._destroy_snapshots(name, recurse, defer)
+        if "#" in name:
+            return self._destroy_bookmark(name, recurse, defer)
         pool, ds = self._lookup(name)
         if defer:   # -d opens the target as a snapshot
             raise CommandError("cannot open '%s': operation not applicable to"
@@ -1992,10 +2095,298 @@ class FakeZfs(object):
         return ""
 
     def _forget(self, pool, ds):
-        """Remove a dataset; free a deferred origin with its last clone."""
+        """Remove a dataset (its bookmarks go with it: they live in the
+        dataset); free a deferred origin with its last clone."""
         del pool.datasets[ds.name]
+        if ds.kind in ("volume", "filesystem"):
+            for mark in self._bookmarks(pool, ds.name):
+                del pool.datasets[mark.name]
         if ds.origin and ds.origin in pool.datasets:
             origin = pool.datasets[ds.origin]
             origin.clones.remove(ds.name)
             if origin.defer_destroy and not origin.clones:
                 self._forget(pool, origin)
+
+    # --- changed block tracking: bookmarks, zfs send, zdb -dddd -------------
+
+    def _zfs_bookmark(self, argv):
+        """``zfs bookmark <snapshot|bookmark> <bookmark>`` (zfs_do_bookmark,
+        OpenZFS 2.1 and 2.3): the new bookmark marks the source's txg."""
+        opts, args = self._getopt(argv, 2, "")
+        usage = "usage:\n\tbookmark <snapshot|bookmark> <newbookmark>\n"
+        if len(args) != 2:
+            raise _Unknown()
+        source, name = args
+        if "@" not in source and "#" not in source:
+            raise CommandError("invalid source name '%s': must contain a '@'"
+                               " or '#'\n%s" % (source, usage), rc=2)
+        if "#" not in name:
+            raise CommandError("invalid bookmark name '%s': must contain a "
+                               "'#'\n%s" % (name, usage), rc=2)
+        if source[0] in "@#" or name[0] == "#":
+            raise _Unknown()   # short names: zfs-ng sends full ones
+        try:
+            pool, src = self._lookup(source)
+        except CommandError as exc:   # zfs_open() failed: usage, exit 2
+            raise CommandError(exc.err + usage, rc=2)
+        errprefix = "cannot create bookmark '%s'" % name
+        head, _, short = name.partition("#")
+        if not short or not COMPONENT_RE.match(short) or len(name) >= 256:
+            raise CommandError("%s: invalid argument" % errprefix)
+        if head.split("/")[0] != pool.name:
+            raise CommandError("%s: bookmark is in a different pool"
+                               % errprefix)
+        if head not in pool.datasets:
+            raise CommandError("%s: dataset does not exist" % errprefix)
+        if head != _head(source):
+            raise CommandError("%s: source is not an ancestor of the new "
+                               "bookmark's dataset" % errprefix)
+        if name in pool.datasets:
+            raise CommandError("%s: bookmark exists" % errprefix)
+        if pool.readonly:
+            raise CommandError("%s: pool is read-only" % errprefix)
+        pool.datasets[name] = Dataset(name, "bookmark", {}, src.createtxg,
+                                      src.guid)
+        return ""
+
+    def _destroy_bookmark(self, name, recurse, defer):
+        """``zfs destroy <vol>#<name>`` (zfs_do_destroy)."""
+        if defer or recurse:
+            raise CommandError("%s is not supported with bookmark" % (
+                "defer destroy" if defer else "recursive"), rc=255)
+        pool = self._active_pool(_head(name.split("/")[0]))
+        mark = pool.datasets.get(name) if pool else None
+        if mark is None or mark.kind != "bookmark":
+            raise CommandError("bookmark '%s' does not exist." % name)
+        if pool.readonly:
+            raise CommandError("cannot destroy bookmark: pool is read-only")
+        del pool.datasets[name]
+        return ""
+
+    # zfs send
+
+    def stream(self, argv, consume):
+        """The runner's stream(argv, consume): the command's stdout (bytes)
+        is read by consume(read); returns (Result, consume's value), as
+        runner.SubprocessRunner.stream does. Only ``zfs send`` writes a
+        stream. A failed command writes nothing: consume's StorageError
+        over the empty stream gives way to the command's Result."""
+        self.calls.append(list(argv))
+        self._sending = _Reader([])
+        try:
+            result = self._run(list(argv))
+            reader = self._sending if result.rc == 0 else _Reader([])
+        finally:
+            self._sending = None
+        try:
+            value = consume(reader.read)
+        except errors.StorageError:
+            if result.rc == 0:
+                raise
+            return result, None
+        return result, value
+
+    def _zfs_send(self, argv):
+        """``zfs send -L -e -c -i <from> <snapshot>`` (zfs_send_one): an
+        incremental stream of the data object (object 1) in OpenZFS's
+        record layout, little-endian. What it holds, as OpenZFS 2.1 and
+        2.3 send it (traverse_visitbp, send_holes_without_birth_time=1):
+        the blocks born after from's txg, walked down the block tree
+        (indirect blocks of 1024 pointers, 3 pointers in the dnode): a
+        data block is a WRITE of one block, a hole born after from a FREE,
+        and under every indirect block walked, a never-written subtree a
+        FREE of its whole span; then, once the dnode changed, the FREE
+        from (maxblkid + 1) * volblocksize to the object's end. FREEs
+        that touch are one record. Not modelled: indirect blocks turned
+        into holes by a discard of their whole span (ZFS then sends one
+        FREE of the span; here, one per block), embedded and compressed
+        records (-e -c change the payloads, never the ranges), and any
+        object but the data object."""
+        if getattr(self, "_sending", None) is None:
+            raise _Unknown()    # a send stream is never read as text
+        opts, args = self._getopt(argv, 2, "Leci:")
+        flags = dict(opts)
+        if sorted(flags) != ["L", "c", "e", "i"] or len(args) != 1:
+            raise _Unknown()
+        base, target = flags["i"], args[0]
+        if "@" not in target or ("@" not in base and "#" not in base) or \
+                base[0] in "@#":
+            raise _Unknown()
+        pool, to = self._lookup(target)
+        errprefix = "warning: cannot send '%s'" % target
+        if "@" in base:
+            _, start = self._lookup(base)
+        else:
+            start = pool.datasets.get(base)
+            if start is None or start.kind != "bookmark":
+                raise CommandError("%s: incremental source (%s) does not "
+                                   "exist" % (errprefix, base))
+        if not self._is_before(pool, start, to):
+            raise CommandError("%s: not an earlier snapshot from the same "
+                               "fs" % errprefix)
+        self._sending = _Reader(self._send_records(to, start.createtxg))
+        return ""
+
+    def _is_before(self, pool, earlier, later):
+        """snapshot_is_before() (and the kernel's check of a bookmark):
+        earlier is older and in later's history: its zvol, or the origin
+        of its zvol (before the clone's origin), recursively."""
+        if earlier.createtxg >= later.createtxg:
+            return False
+        head = pool.datasets.get(_head(later.name))
+        while head is not None:
+            if _head(earlier.name) == head.name:
+                return True
+            if not head.origin or head.origin not in pool.datasets:
+                return False
+            origin = pool.datasets[head.origin]
+            if earlier.createtxg > origin.createtxg:
+                return False
+            head = pool.datasets.get(_head(origin.name))
+        return False
+
+    def _send_records(self, to, fromtxg):
+        """The records of the stream, as _Reader chunks."""
+        block, fanout, top = to.volblocksize, 1024, 3
+        yield _record(SEND_BEGIN, [(4, "I", 0), (8, "Q", SEND_MAGIC),
+                                   (32, "Q", int(to.guid))])
+        if to.dnode_txg > fromtxg:
+            yield _record(SEND_OBJECT, [(8, "Q", 1), (16, "I", 23),
+                                        (24, "I", block)])
+            records = []
+            levels = 1
+            while top * fanout ** (levels - 1) <= to.maxblkid:
+                levels += 1
+            births = [dict((b, t) for b, (t, _) in to.blocks.items())]
+            for level in range(1, levels):
+                above = {}
+                for blkid, birth in births[-1].items():
+                    key = blkid // fanout
+                    above[key] = max(above.get(key, 0), birth)
+                births.append(above)
+
+            def walk(level, index):
+                birth = births[level].get(index)
+                span = fanout ** level
+                if birth is None:        # never written: a hole, birth 0
+                    records.append(("free", index * span * block,
+                                    span * block))
+                elif birth > fromtxg and level == 0:
+                    records.append(("write" if to.blocks[index][1] else
+                                    "free", index * block, block))
+                elif birth > fromtxg:
+                    for child in range(index * fanout, (index + 1) * fanout):
+                        walk(level - 1, child)
+
+            for index in range(top):
+                walk(levels - 1, index)
+            tail = (to.maxblkid + 1) * block
+            yield _record(SEND_FREE, [(8, "Q", 1), (16, "Q", tail),
+                                      (24, "Q", SEND_END_OF_OBJECT)])
+            pending = None
+            for kind, offset, length in records:
+                if kind == "free":
+                    if pending and pending[1] == offset:
+                        pending = (pending[0], offset + length)
+                        continue
+                    if pending:
+                        yield _free(*pending)
+                    pending = (offset, offset + length)
+                    continue
+                if pending:
+                    yield _free(*pending)
+                    pending = None
+                yield _record(SEND_WRITE, [(8, "Q", 1), (16, "I", 23),
+                                           (24, "Q", offset),
+                                           (32, "Q", length)])
+                yield length             # its payload
+            if pending:
+                yield _free(*pending)
+            yield _record(SEND_FREEOBJECTS, [(8, "Q", 3), (16, "Q", 0)])
+        yield _record(SEND_END, [(40, "Q", int(to.guid))])
+
+    # zdb
+
+    def _zdb_objects(self, argv):
+        """``zdb -e -p <dir>... -dddd <dataset> 1``: the data object of a
+        zvol or snapshot, as zdb reads it from the pool's disks (dump_dnode
+        at verbosity 4: its "dnode maxblkid" line)."""
+        dirs, i = [], 2
+        while argv[i:i + 1] == ["-p"] and i + 1 < len(argv):
+            dirs.append(argv[i + 1])
+            i += 2
+        if argv[i:i + 1] != ["-dddd"] or len(argv) != i + 3 or \
+                argv[i + 2] != "1" or not dirs:
+            raise _Unknown()
+        name = argv[i + 1]
+        pool = None
+        for candidate in self.pools:
+            if candidate.name == _head(name.split("/")[0]) and \
+                    candidate.state == "ACTIVE":
+                pool = candidate
+        if pool is None or not [l for l in pool.leaves()
+                                if os.path.dirname(l.path) in dirs]:
+            raise CommandError("zdb: can't open '%s': No such file or "
+                               "directory" % _head(name.split("/")[0]))
+        ds = pool.datasets.get(name)
+        if ds is None or ds.kind not in ("volume", "snapshot") or \
+                ds.volblocksize is None:
+            raise CommandError("failed to hold dataset '%s': No such file "
+                               "or directory" % name, rc=2)
+        return ("Dataset %s [ZVOL], ID %d, cr_txg %d, %s, 2 objects\n\n"
+                "    Object  lvl   iblk   dblk  dsize  dnsize  lsize   %%full"
+                "  type\n"
+                "%10d  %3d  %5s  %5s  %5s  %6s  %5s  %6s  zvol object\n"
+                "\tdnode flags: USED_BYTES \n\tdnode maxblkid: %d\n\n"
+                % (name, 100 + ds.createtxg, ds.createtxg, nicenum(ds.refer),
+                   1, 1 if ds.maxblkid == 0 else 2, "128K",
+                   nicenum(ds.volblocksize), nicenum(ds.refer), "512",
+                   nicenum((ds.maxblkid + 1) * ds.volblocksize), "100.00",
+                   ds.maxblkid))
+
+
+# --- zfs send stream records (OpenZFS include/sys/zfs_ioctl.h) ----------------
+
+SEND_HEADER = 312          # sizeof (dmu_replay_record_t)
+SEND_MAGIC = 0x2F5BACBAC   # DMU_BACKUP_MAGIC
+SEND_END_OF_OBJECT = (1 << 64) - 1
+(SEND_BEGIN, SEND_OBJECT, SEND_FREEOBJECTS, SEND_WRITE, SEND_FREE,
+ SEND_END) = range(6)
+
+
+def _record(kind, fields):
+    """A record's header, little-endian: drr_type, drr_payloadlen, then
+    (offset, struct format, value) fields of the drr_u union."""
+    hdr = bytearray(SEND_HEADER)
+    struct.pack_into("<I", hdr, 0, kind)
+    for at, fmt, value in fields:
+        struct.pack_into("<" + fmt, hdr, at, value)
+    return bytes(hdr)
+
+
+def _free(offset, end):
+    return _record(SEND_FREE, [(8, "Q", 1), (16, "Q", offset),
+                               (24, "Q", end - offset)])
+
+
+class _Reader(object):
+    """A pipe's read(n) over chunks: bytes, or an int (that many bytes of
+    payload, made as they are read)."""
+
+    def __init__(self, chunks):
+        self.chunks = iter(chunks)
+        self.current = b""
+
+    def read(self, n=-1):
+        while not self.current:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return b""
+            self.current = chunk
+        if isinstance(self.current, int):
+            take = self.current if n < 0 else min(n, self.current)
+            self.current -= take
+            return b"\xa5" * take
+        take = self.current if n < 0 else self.current[:n]
+        self.current = self.current[len(take):]
+        return take

@@ -214,3 +214,145 @@ def test_status_shows_bad_leaves(host):
     assert ["/dev/sdc1", "FAULTED", "3", "41", "0", "too", "many",
             "errors"] in lines
     assert [line for line in lines if line[-2:] == ["was", "/dev/sdd1"]]
+
+
+# --- changed block tracking: bookmarks, zfs send, zdb -dddd -----------------
+
+@pytest.fixture
+def vol(host):
+    host.admin("zpool create -m none tank /dev/sdb")
+    host.admin("zfs create -s -V 64M -o volblocksize=16K -o volmode=none "
+               "tank/v")
+    return host
+
+
+def send(host, base, target):
+    from zfsng import sendstream
+    return host.stream(["zfs", "send", "-L", "-e", "-c", "-i", base, target],
+                       sendstream.writes_and_frees)
+
+
+END = (1 << 64) - 1
+K16 = 16 * 1024
+
+
+def test_bookmarks_are_listed_and_outlive_their_snapshot(vol):
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs bookmark -- tank/v@a tank/v#a")
+    out = vol.admin("zfs list -Hp -o name,type -t all -r tank")
+    assert out.splitlines()[-2:] == ["tank/v@a\tsnapshot",
+                                     "tank/v#a\tbookmark"]
+    vol.admin("zfs destroy tank/v@a")
+    assert vol.admin("zfs list -Hp -o name -t bookmark -r tank") == \
+        "tank/v#a\n"
+    assert vol.admin("zfs list -Hp -o name,createtxg,org.x:p -t all "
+                     "tank/v#a").split("\t")[2] == "-\n"
+
+
+def test_bookmark_refusals_are_zfs_own(vol):
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs bookmark tank/v@a tank/v#a")
+    assert refusal(vol, "zfs bookmark tank/v@a tank/v#a") == \
+        "cannot create bookmark 'tank/v#a': bookmark exists\n"
+    result = vol(["zfs", "bookmark", "--", "tank/v@x", "tank/v#x"])
+    assert result.rc == 2
+    assert result.err.startswith("cannot open 'tank/v@x': dataset does not "
+                                 "exist\nusage:")
+    assert refusal(vol, "zfs destroy tank/v#x") == \
+        "bookmark 'tank/v#x' does not exist.\n"
+    assert "recursive is not supported with bookmark" in \
+        refusal(vol, "zfs destroy -r tank/v#a")
+
+
+def test_a_bookmark_never_blocks_and_goes_with_its_zvol(vol):
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs bookmark tank/v@a tank/v#a")
+    vol.admin("zfs destroy tank/v@a")
+    vol.admin("zfs destroy tank/v")
+    assert not vol.exists("tank/v#a")
+    vol.admin("zfs create -s -V 64M tank/w")
+    vol.admin("zfs snapshot tank/w@a")
+    vol.admin("zfs bookmark tank/w@a tank/w#a")
+    vol.admin("zfs destroy -r tank/w")
+    assert vol.admin("zfs list -Hp -o name -t all -r tank") == "tank\n"
+
+
+def test_send_carries_the_blocks_born_since_the_base(vol):
+    vol.guest_write("tank/v", 0, 2 * K16)
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs bookmark tank/v@a tank/v#a")
+    vol.guest_write("tank/v", 4 * K16 + 1, 10)
+    vol.guest_free("tank/v", 0, K16)
+    vol.admin("zfs snapshot tank/v@b")
+    for base in ("tank/v@a", "tank/v#a"):
+        result, (writes, frees) = send(vol, base, "tank/v@b")
+        assert result.rc == 0 and result.err == ""
+        assert writes == [(4 * K16, 5 * K16)]
+        # the freed block; never-written holes under the rewritten
+        # indirect block (1024 blocks); the tail from the last block ever
+        # written (maxblkid 4); the dnode's two other, empty pointers
+        assert frees == [(0, K16), (2 * K16, 4 * K16), (5 * K16, END)]
+
+
+def test_send_of_nothing_new_has_no_data_records(vol):
+    vol.guest_write("tank/v", 0, K16)
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs snapshot tank/v@b")
+    assert send(vol, "tank/v@a", "tank/v@b")[1] == ([], [])
+
+
+def test_send_refusals_are_zfs_own(vol):
+    vol.admin("zfs create -s -V 64M tank/w")
+    for snap in ("tank/v@a", "tank/v@b", "tank/w@c"):
+        vol.admin("zfs snapshot " + snap)
+    cases = [
+        ("tank/v@a", "tank/v@x", "cannot open 'tank/v@x': dataset does "
+         "not exist\n"),
+        ("tank/v@x", "tank/v@b", "cannot open 'tank/v@x': dataset does "
+         "not exist\n"),
+        ("tank/v@b", "tank/v@a", "warning: cannot send 'tank/v@a': not "
+         "an earlier snapshot from the same fs\n"),
+        ("tank/v@a", "tank/w@c", "warning: cannot send 'tank/w@c': not "
+         "an earlier snapshot from the same fs\n"),
+        ("tank/v#x", "tank/v@b", "warning: cannot send 'tank/v@b': "
+         "incremental source (tank/v#x) does not exist\n"),
+    ]
+    for base, target, err in cases:
+        result, value = send(vol, base, target)
+        assert (result.rc, result.err, value) == (1, err, None)
+
+
+def test_a_send_from_the_origin_of_a_clone_is_incremental(vol):
+    vol.guest_write("tank/v", 0, K16)
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs clone tank/v@a tank/c")
+    vol.guest_write("tank/c", K16, K16)
+    vol.admin("zfs snapshot tank/c@b")
+    assert send(vol, "tank/v@a", "tank/c@b")[1][0] == [(K16, 2 * K16)]
+
+
+def test_send_is_only_read_as_a_stream(vol):
+    vol.admin("zfs snapshot tank/v@a")
+    vol.admin("zfs snapshot tank/v@b")
+    with pytest.raises(AssertionError):
+        vol(["zfs", "send", "-L", "-e", "-c", "-i", "tank/v@a", "tank/v@b"])
+    vol.unknown[:] = []
+
+
+def test_zdb_prints_the_maxblkid_of_a_snapshot(vol):
+    vol.admin("zfs snapshot tank/v@empty")
+    vol.guest_write("tank/v", 40 * K16, 1)
+    vol.admin("zfs snapshot tank/v@a")
+    argv = ["zdb", "-e", "-p", "/dev", "-dddd"]
+    assert "\tdnode maxblkid: 0\n" in vol(argv + ["tank/v@empty", "1"]).out
+    assert "\tdnode maxblkid: 40\n" in vol(argv + ["tank/v@a", "1"]).out
+    missing = vol(argv + ["tank/v@x", "1"])
+    assert missing.rc != 0 and "failed to hold dataset 'tank/v@x'" in \
+        missing.err
+
+
+def test_user_props_of_a_snapshot_can_be_inherited(vol):
+    vol.admin("zfs snapshot -o org.x:map=1 tank/v@a")
+    vol.admin("zfs inherit org.x:map tank/v@a")
+    assert vol.local_props("tank/v@a") == {}
+    assert vol.get("tank/v", "volmode") == "none"

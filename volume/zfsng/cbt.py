@@ -33,7 +33,9 @@ data_destroy frees a snapshot's data and keeps what list_changed_blocks
 needs: a bookmark ``<vol>#<uuid>`` (its place in the zvol's history, a
 valid send source) and an empty zvol ``<sr>/<uuid>`` (volmode=none, no
 device) with the VDI's properties and map, so the VDI stays listed, its
-keys settable, as xapi expects (it marks it ``cbt_metadata``). The order
+keys settable, as xapi expects (it marks it ``cbt_metadata``). A snapshot
+that never got a map gets its zdb bound as one then, while it can still be
+read: a size bound would report the whole disk from it. The order
 keeps a crash safe: bookmark, then the empty zvol (while the snapshot is
 still there it is the VDI: ``meta.vdi_rows``), then the snapshot goes.
 Volume.destroy of such a VDI removes the bookmark and the empty zvol.
@@ -125,9 +127,10 @@ def _keep_metadata(sr, rows, row):
     props = dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
                                        meta.VDI_DESCRIPTION, meta.VDI_KEYS,
                                        meta.VDI_SHARABLE) if row.get(k))
-    cbt_map = zfs.get_one(row["name"], [meta.CBT_MAP]).get(meta.CBT_MAP)
-    if cbt_map:
-        props[meta.CBT_MAP] = cbt_map
+    # Without a map (never a list's target), the bound zdb reads now,
+    # while the snapshot is there: later only its size could bound it, and
+    # the next list from it would report the whole disk.
+    props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), meta.MAX_VALUE)
     props.update({meta.CBT_ENABLED: "true", meta.CBT_BOOKMARK: mark,
                   "volmode": "none", "volblocksize": row["volblocksize"] or
                   _volblocksize(meta.parent_of(row["name"]))})
@@ -162,7 +165,7 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
     bits = blockmap.bitmap([(a - start, b - start) for a, b in window],
                            stop - start)
     log.info("changed blocks %s -> %s: %d of %d blocks (%d bytes written, "
-             "%d freed)", source, target["name"], blockmap.blocks_set(bits),
+             "%d freed)", source, target["name"], blockmap.blocks_in(window),
              (stop - start + blockmap.GRANULARITY - 1) //
              blockmap.GRANULARITY, blockmap.total(writes),
              blockmap.total(blockmap.intersect(frees, [(0, size)])))
