@@ -491,12 +491,6 @@ def test_data_destroy_killed_anywhere_then_destroyed_leaks_nothing():
     _every_point(total, check)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "plugin bug, outside this change's files: killed after 'zfs destroy "
-    "<vol>#<uuid>' (command 3), the repeated Volume.destroy fails for good: "
-    "real zfs says \"bookmark '...' does not exist.\" (zfs_do_destroy, "
-    "OpenZFS 2.1 and 2.3), which zfs._ERROR_PATTERNS does not take for "
-    "DatasetNotFound, the error volume._destroy_kept_metadata ignores"))
 def test_destroy_of_a_data_destroyed_vdi_killed_anywhere_is_finished():
     prepare = lambda sr, s: call("Volume.data_destroy", sr=sr,  # noqa
                                  key=s)

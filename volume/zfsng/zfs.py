@@ -18,7 +18,9 @@ from zfsng import errors, log, runner, sendstream
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
 _ERROR_PATTERNS = [
-    (re.compile(r"dataset does not exist|could not find any snapshots"),
+    # "bookmark '<vol>#<name>' does not exist." (zfs destroy of a bookmark)
+    (re.compile(r"dataset does not exist|could not find any snapshots|"
+                r"bookmark '[^']*' does not exist"),
      errors.DatasetNotFound),
     # zpool import of a pool another host holds: multihost saw its writes
     # ("pool is imported on host 'x' (hostid=...)", or on 2.1 by guid
