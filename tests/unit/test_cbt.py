@@ -12,7 +12,7 @@ import base64
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import errors, meta, zvoldev
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr
@@ -27,9 +27,36 @@ SIZE = 64 * MiB
 
 
 @pytest.fixture
-def sr(fake):
+def sr(fake, tmp_path, monkeypatch):
     fake.user_value_cap = None
+    # No device nodes here: the read of a snapshot's frees
+    # (cbt._read_nonzero) finds no clone device, quickly, and keeps the
+    # frees whole, as it does on a host where the read fails. The reads
+    # themselves: test_zvoldev_nonzero_* below, and tests/integration.
+    monkeypatch.setattr(zvoldev, "DEV_ZVOL", str(tmp_path / "no-zvols"))
+    monkeypatch.setattr(zvoldev, "TIMEOUT", 0.05)
+    monkeypatch.setattr(zvoldev, "POLL", 0.01)
     return create_sr()[0]
+
+
+def test_zvoldev_nonzero_keeps_the_pieces_with_data(tmp_path):
+    dev = tmp_path / "zd0"
+    data = bytearray(4 * G)
+    data[G + 5] = 1                      # block 1
+    data[3 * G] = 7                      # block 3, first byte
+    dev.write_bytes(bytes(data))
+    found = zvoldev.nonzero(str(dev), [(0, 2 * G), (2 * G + 100, 4 * G)],
+                            G, 60)
+    assert found == [(G, 2 * G), (3 * G, 4 * G)]
+
+
+def test_zvoldev_nonzero_keeps_what_it_had_no_time_to_read(tmp_path):
+    dev = tmp_path / "zd0"
+    dev.write_bytes(bytes(2 * G))
+    assert zvoldev.nonzero(str(dev), [(0, G), (G, 2 * G)], G, 0) == \
+        [(0, G), (G, 2 * G)]
+    # past the device's end: kept, never taken for zeros
+    assert zvoldev.nonzero(str(dev), [(G, 3 * G)], G, 60) == [(G, 3 * G)]
 
 
 def tracked(sr, size=SIZE, cbt=True):

@@ -13,21 +13,24 @@ stamps are on the pool. ``sendstream`` reads the stream's record headers
 What changed between ``from`` and ``to``:
 - every write: data born since ``from`` (zeros written over data are
   holes under compression, so they come as frees, below);
-- every free where ``from`` may have held data. A free only says "``to``
-  has a hole here": streams also carry frees over never-written space
+- every free where ``from`` held data. A free only says "``to`` has a
+  hole here": streams also carry frees over never-written space
   (sendstream's docstring). So zfs-ng keeps, per snapshot, an
   *allocation map*: a set of ranges that holds every byte the snapshot
   has data in (``meta.CBT_MAP``). The map of ``to`` follows from the
   stream: ``(map(from) - frees) + writes``, since a free is a hole in
   ``to`` and a write is data in it; list_changed_blocks stores it on
   ``to``. A snapshot without a map (the first of a chain) is bounded by
-  the end of its last block (``zfs.data_end``), else by its size; such a
-  bound holds never-written space, so the first list of a chain may
-  report never-written blocks as changed (a read of zeros, never a miss),
-  once each: the next map knows they are holes.
+  the end of its last block (``zfs.data_end``), else by its size.
+  The frees inside the map are then read in ``from`` itself, when it
+  still has its data (``_read_nonzero``): a free over what reads zeros
+  in ``from`` changed nothing (``to`` reads zeros there too). That makes
+  the answer exact whatever the map holds; from a data-destroyed
+  snapshot (a bookmark: nothing to read), the map alone decides.
 The map may over-state a snapshot's data (``blockmap.encode_map`` fills
-gaps to fit a property), never under-state it: over-stating only reports
-more blocks, so no change is ever missed.
+gaps to fit a property; a bound holds never-written space), never
+under-state it: over-stating only reports more blocks, so no change is
+ever missed.
 
 data_destroy frees a snapshot's data and keeps what list_changed_blocks
 needs: a bookmark ``<vol>#<uuid>`` (its place in the zvol's history, a
@@ -42,7 +45,7 @@ Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
 from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    wire, zfs
+    runner, wire, zfs, zvoldev
 from zfsng import volume as vol
 
 
@@ -160,7 +163,10 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
         _store_map(target["name"], known, writes, frees)
     else:
         writes, frees = _changes_to_live(sr, source, target["name"])
-    changed = blockmap.union(writes, blockmap.intersect(frees, known))
+    freed = blockmap.intersect(frees, known)
+    if freed and meta.is_snapshot(base):
+        freed = _read_nonzero(sr, base["name"], freed)
+    changed = blockmap.union(writes, freed)
     window = blockmap.intersect(changed, [(start, stop)])
     bits = blockmap.bitmap([(a - start, b - start) for a, b in window],
                            stop - start)
@@ -171,6 +177,43 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
              blockmap.total(blockmap.intersect(frees, [(0, size)])))
     return {"granularity": blockmap.GRANULARITY,
             "bitmap": blockmap.encode(bits)}
+
+
+# Seconds list_changed_blocks may spend reading a snapshot (_read_nonzero);
+# what is not read by then is reported as changed.
+READ_SECONDS = 60.0
+
+
+def _read_nonzero(sr, snapshot, ranges):
+    """Of ranges (frees where snapshot may hold data), the parts where it
+    does: what reads zeros in snapshot reads zeros now too (a free is a
+    hole), so it did not change. This is what makes a list exact where the
+    map is only a bound (the first of a chain: a map from zdb's bound
+    still holds never-written space). Read from a clone of the snapshot,
+    made and destroyed under the SR lock (the collector frees one a crash
+    left); a failure to read keeps ranges whole."""
+    with lock.sr_lock(sr):
+        clone = meta.cbt_clone(sr, names.new_uuid())
+        try:
+            zfs.clone(snapshot, clone, {"readonly": "on", "volmode": "dev"})
+            device = zvoldev.wait(clone)
+            left = runner.remaining()
+            found = zvoldev.nonzero(device, ranges, blockmap.GRANULARITY,
+                                    READ_SECONDS if left is None else
+                                    min(READ_SECONDS, left / 2))
+            return blockmap.normal(found)
+        except errors.StorageError as exc:
+            log.warning("could not read %s (%s): its frees count whole",
+                        snapshot, exc.message)
+            return ranges
+        finally:
+            try:
+                zfs.destroy(clone)
+            except errors.DatasetNotFound:
+                pass
+            except errors.StorageError as exc:
+                log.warning("could not destroy %s (the collector will): %s",
+                            clone, exc.message)
 
 
 def _source(base, key):

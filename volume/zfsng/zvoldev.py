@@ -134,3 +134,45 @@ def wait_for_links(datasets, timeout=TIMEOUT):
     if missing:
         log.warning("after %ds, no /dev/zvol link yet for %s",
                     int(timeout), ", ".join(missing))
+
+
+READ_CHUNK = 1 << 20   # bytes read at once by nonzero
+
+
+def nonzero(device, ranges, piece, seconds):
+    """The parts of ranges (a range set, bytes) where device holds a
+    non-zero byte, in pieces aligned to piece bytes: a piece of zeros is
+    left out. What the seconds did not allow to read is kept whole, as if
+    it held data: the answer may over-state, never under-state."""
+    deadline = time.monotonic() + seconds
+    found = []
+    fd = os.open(device, os.O_RDONLY)
+    try:
+        for offset, end in ranges:
+            at = offset
+            while at < end and time.monotonic() < deadline:
+                stop = min(end, (at // READ_CHUNK + 1) * READ_CHUNK)
+                data = os.pread(fd, stop - at, at)
+                if len(data) != stop - at:
+                    break            # past the device's end: kept whole
+                if data.count(0) != len(data):
+                    found.extend(_nonzero_pieces(data, at, piece))
+                at = stop
+            if at < end:
+                found.append((at, end))
+    finally:
+        os.close(fd)
+    return found
+
+
+def _nonzero_pieces(data, at, piece):
+    """The piece-aligned parts of data (read at offset at) not all zero."""
+    out = []
+    first = at
+    while first < at + len(data):
+        stop = min(at + len(data), (first // piece + 1) * piece)
+        part = data[first - at:stop - at]
+        if part.count(0) != len(part):
+            out.append((first, stop))
+        first = stop
+    return out
