@@ -30,11 +30,22 @@ class CrashAfter(object):
         if self.dead:       # a dead process runs nothing more
             raise Killed("command after the crash: %r" % (argv,))
         result = self.host(argv, stdin_text)
+        self._after(argv)
+        return result
+
+    def stream(self, argv, consume):
+        """A streamed command (zfs send) counts as one command too."""
+        if self.dead:
+            raise Killed("command after the crash: %r" % (argv,))
+        answer = self.host.stream(argv, consume)
+        self._after(argv)
+        return answer
+
+    def _after(self, argv):
         self.count += 1
         if self.count == self.n:
             self.dead = True
             raise Killed("killed after command %d: %r" % (self.n, argv))
-        return result
 
 
 class CrashAfterCommand(CrashAfter):
@@ -49,10 +60,13 @@ class CrashAfterCommand(CrashAfter):
         if self.dead:
             raise Killed("command after the crash: %r" % (argv,))
         result = self.host(argv, stdin_text)
+        self._after(argv)
+        return result
+
+    def _after(self, argv):
         if argv[:len(self.prefix)] == self.prefix:
             self.dead = True
             raise Killed("killed after %r" % (argv,))
-        return result
 
 
 @contextlib.contextmanager

@@ -2187,8 +2187,8 @@ class FakeZfs(object):
         return result, value
 
     def _zfs_send(self, argv):
-        """``zfs send -L -e -c -i <from> <snapshot>`` (zfs_send_one): an
-        incremental stream of the data object (object 1) in OpenZFS's
+        """``zfs send -L -e -c [-i <from>] <snapshot>`` (zfs_send_one): an
+        incremental stream (a full one without -i: from txg 0) of the data object (object 1) in OpenZFS's
         record layout, little-endian. What it holds, as OpenZFS 2.1 and
         2.3 send it (traverse_visitbp, send_holes_without_birth_time=1):
         the blocks born after from's txg, walked down the block tree
@@ -2206,8 +2206,15 @@ class FakeZfs(object):
             raise _Unknown()    # a send stream is never read as text
         opts, args = self._getopt(argv, 2, "Leci:")
         flags = dict(opts)
-        if sorted(flags) != ["L", "c", "e", "i"] or len(args) != 1:
+        if sorted(flags) not in (["L", "c", "e", "i"], ["L", "c", "e"]) or \
+                len(args) != 1:
             raise _Unknown()
+        if "i" not in flags:       # a full stream: everything born since 0
+            pool, to = self._lookup(args[0])
+            if to.kind != "snapshot":
+                raise _Unknown()
+            self._sending = _Reader(self._send_records(to, 0))
+            return ""
         base, target = flags["i"], args[0]
         if "@" not in target or ("@" not in base and "#" not in base) or \
                 base[0] in "@#":

@@ -12,7 +12,7 @@ import base64
 
 import pytest
 
-from zfsng import errors, meta, zvoldev
+from zfsng import errors, meta
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr
@@ -27,36 +27,9 @@ SIZE = 64 * MiB
 
 
 @pytest.fixture
-def sr(fake, tmp_path, monkeypatch):
+def sr(fake):
     fake.user_value_cap = None
-    # No device nodes here: the read of a snapshot's frees
-    # (cbt._read_nonzero) finds no clone device, quickly, and keeps the
-    # frees whole, as it does on a host where the read fails. The reads
-    # themselves: test_zvoldev_nonzero_* below, and tests/integration.
-    monkeypatch.setattr(zvoldev, "DEV_ZVOL", str(tmp_path / "no-zvols"))
-    monkeypatch.setattr(zvoldev, "TIMEOUT", 0.05)
-    monkeypatch.setattr(zvoldev, "POLL", 0.01)
     return create_sr()[0]
-
-
-def test_zvoldev_nonzero_keeps_the_pieces_with_data(tmp_path):
-    dev = tmp_path / "zd0"
-    data = bytearray(4 * G)
-    data[G + 5] = 1                      # block 1
-    data[3 * G] = 7                      # block 3, first byte
-    dev.write_bytes(bytes(data))
-    found = zvoldev.nonzero(str(dev), [(0, 2 * G), (2 * G + 100, 4 * G)],
-                            G, 60)
-    assert found == [(G, 2 * G), (3 * G, 4 * G)]
-
-
-def test_zvoldev_nonzero_keeps_what_it_had_no_time_to_read(tmp_path):
-    dev = tmp_path / "zd0"
-    dev.write_bytes(bytes(2 * G))
-    assert zvoldev.nonzero(str(dev), [(0, G), (G, 2 * G)], G, 0) == \
-        [(0, G), (G, 2 * G)]
-    # past the device's end: kept, never taken for zeros
-    assert zvoldev.nonzero(str(dev), [(G, 3 * G)], G, 60) == [(G, 3 * G)]
 
 
 def tracked(sr, size=SIZE, cbt=True):
@@ -166,21 +139,27 @@ def test_a_free_counts_only_where_the_base_may_have_data(fake, sr):
     assert granules(lcb(sr, a, b)) == [1]
 
 
-def test_the_target_map_keeps_a_never_written_region_from_coming_back(
+def test_the_first_list_of_a_chain_is_exact_from_its_base_sent_whole(
         fake, sr):
     key = tracked(sr)
     fake.guest_write(zvol(sr, key), 0, B)
-    fake.guest_write(zvol(sr, key), 10 * MiB, B)    # bounds a: 10 MiB + B
+    fake.guest_write(zvol(sr, key), 10 * MiB, B)    # a's last block
     a = snap(sr, key)
     fake.guest_write(zvol(sr, key), 5 * B, B)
     b = snap(sr, key)
     fake.guest_write(zvol(sr, key), 7 * B, B)
     c = snap(sr, key)
-    # a had no map: the never-written holes the stream brings under the
-    # rewritten indirect block count up to a's bound, once
-    assert granules(lcb(sr, a, b)) == list(range(10 * MiB // G))
+    since = len(fake.calls)
+    # the stream brings the never-written holes under the rewritten
+    # indirect block as frees; a's map, from a full send of a, knows them
+    assert granules(lcb(sr, a, b)) == [1]
+    full = ["zfs", "send", "-L", "-e", "-c", snapshot_of(fake, sr, a)]
+    assert fake.ran(*full, since=since) == [full]
+    assert meta.CBT_MAP in fake.local_props(snapshot_of(fake, sr, a))
     assert meta.CBT_MAP in fake.local_props(snapshot_of(fake, sr, b))
+    since = len(fake.calls)
     assert granules(lcb(sr, b, c)) == [1]
+    assert len(fake.ran("zfs", "send", since=since)) == 1   # b has a map
 
 
 def test_changes_to_the_live_disk_leave_no_snapshot_behind(fake, sr):
@@ -250,7 +229,8 @@ def test_bad_keys_give_typed_errors_and_change_nothing(fake, sr, case,
 def test_a_failed_send_comes_back_typed_and_keeps_no_map(fake, sr):
     key = tracked(sr)
     a, b = snap(sr, key), snap(sr, key)
-    fake.inject("zfs send", "warning: cannot send 'x': Input/output error")
+    fake.inject("zfs send", "warning: cannot send 'x': Input/output error",
+                times=-1)
     with pytest.raises(errors.ZfsError) as err:
         lcb(sr, a, b)
     assert "Input/output error" in str(err.value)
@@ -267,12 +247,15 @@ def test_a_base_of_another_disk_is_refused_typed(fake, sr):
         lcb(sr, b, a)
 
 
-def test_without_zdb_the_first_list_is_bounded_by_the_size(fake, sr):
+def test_without_a_full_send_or_zdb_the_first_list_is_bounded_by_the_size(
+        fake, sr):
     key = tracked(sr, size=4 * MiB)
     fake.guest_write(zvol(sr, key), 0, B)
     a = snap(sr, key)
     fake.guest_write(zvol(sr, key), G, B)
     b = snap(sr, key)
+    fake.inject("zfs send -L -e -c " + snapshot_of(fake, sr, a),
+                "warning: cannot send 'x': Input/output error")
     fake.inject("zdb -e", "failed to hold dataset: I/O error", rc=2)
     # never-written holes of a's indirect block count up to its size
     assert granules(lcb(sr, a, b), 4 * MiB) == list(range(64))

@@ -13,39 +13,37 @@ stamps are on the pool. ``sendstream`` reads the stream's record headers
 What changed between ``from`` and ``to``:
 - every write: data born since ``from`` (zeros written over data are
   holes under compression, so they come as frees, below);
-- every free where ``from`` held data. A free only says "``to`` has a
-  hole here": streams also carry frees over never-written space
+- every free where ``from`` may have held data. A free only says "``to``
+  has a hole here": streams also carry frees over never-written space
   (sendstream's docstring). So zfs-ng keeps, per snapshot, an
   *allocation map*: a set of ranges that holds every byte the snapshot
   has data in (``meta.CBT_MAP``). The map of ``to`` follows from the
   stream: ``(map(from) - frees) + writes``, since a free is a hole in
   ``to`` and a write is data in it; list_changed_blocks stores it on
-  ``to``. A snapshot without a map (the first of a chain) is bounded by
-  the end of its last block (``zfs.data_end``), else by its size.
-  The frees inside the map are then read in ``from`` itself, when it
-  still has its data (``_read_nonzero``): a free over what reads zeros
-  in ``from`` changed nothing (``to`` reads zeros there too). That makes
-  the answer exact whatever the map holds; from a data-destroyed
-  snapshot (a bookmark: nothing to read), the map alone decides.
+  ``to``. A snapshot without a map (the first of a chain) gets one from
+  a full ``zfs send`` of itself (``zfs.send_data``: its data, read once,
+  within the command's bound), kept on it; if that cannot be had, the
+  end of its last block (``zfs.data_end``), else its size, bounds it.
+  Xen Orchestra data-destroys each snapshot right after its backup, so
+  the base of every list is a bookmark: the map is all there is to know
+  where it held data, and that first map is taken before its data goes.
 The map may over-state a snapshot's data (``blockmap.encode_map`` fills
-gaps to fit a property; a bound holds never-written space), never
-under-state it: over-stating only reports more blocks, so no change is
-ever missed.
+gaps to fit a property), never under-state it: over-stating only reports
+more blocks, so no change is ever missed.
 
 data_destroy frees a snapshot's data and keeps what list_changed_blocks
 needs: a bookmark ``<vol>#<uuid>`` (its place in the zvol's history, a
 valid send source) and an empty zvol ``<sr>/<uuid>`` (volmode=none, no
 device) with the VDI's properties and map, so the VDI stays listed, its
 keys settable, as xapi expects (it marks it ``cbt_metadata``). A snapshot
-that never got a map gets its zdb bound as one then, while it can still be
-read: a size bound would report the whole disk from it. The order
+that never got a map gets one then, while it can still be read. The order
 keeps a crash safe: bookmark, then the empty zvol (while the snapshot is
 still there it is the VDI: ``meta.vdi_rows``), then the snapshot goes.
 Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
 from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    runner, wire, zfs, zvoldev
+    wire, zfs
 from zfsng import volume as vol
 
 
@@ -130,9 +128,8 @@ def _keep_metadata(sr, rows, row):
     props = dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
                                        meta.VDI_DESCRIPTION, meta.VDI_KEYS,
                                        meta.VDI_SHARABLE) if row.get(k))
-    # Without a map (never a list's target), the bound zdb reads now,
-    # while the snapshot is there: later only its size could bound it, and
-    # the next list from it would report the whole disk.
+    # Without a map (never a list's target, as the first snapshot of a
+    # chain), one is made now, while the snapshot can be read.
     props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), meta.MAX_VALUE)
     props.update({meta.CBT_ENABLED: "true", meta.CBT_BOOKMARK: mark,
                   "volmode": "none", "volblocksize": row["volblocksize"] or
@@ -163,10 +160,7 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
         _store_map(target["name"], known, writes, frees)
     else:
         writes, frees = _changes_to_live(sr, source, target["name"])
-    freed = blockmap.intersect(frees, known)
-    if freed and meta.is_snapshot(base):
-        freed = _read_nonzero(sr, base["name"], freed)
-    changed = blockmap.union(writes, freed)
+    changed = blockmap.union(writes, blockmap.intersect(frees, known))
     window = blockmap.intersect(changed, [(start, stop)])
     bits = blockmap.bitmap([(a - start, b - start) for a, b in window],
                            stop - start)
@@ -177,43 +171,6 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
              blockmap.total(blockmap.intersect(frees, [(0, size)])))
     return {"granularity": blockmap.GRANULARITY,
             "bitmap": blockmap.encode(bits)}
-
-
-# Seconds list_changed_blocks may spend reading a snapshot (_read_nonzero);
-# what is not read by then is reported as changed.
-READ_SECONDS = 60.0
-
-
-def _read_nonzero(sr, snapshot, ranges):
-    """Of ranges (frees where snapshot may hold data), the parts where it
-    does: what reads zeros in snapshot reads zeros now too (a free is a
-    hole), so it did not change. This is what makes a list exact where the
-    map is only a bound (the first of a chain: a map from zdb's bound
-    still holds never-written space). Read from a clone of the snapshot,
-    made and destroyed under the SR lock (the collector frees one a crash
-    left); a failure to read keeps ranges whole."""
-    with lock.sr_lock(sr):
-        clone = meta.cbt_clone(sr, names.new_uuid())
-        try:
-            zfs.clone(snapshot, clone, {"readonly": "on", "volmode": "dev"})
-            device = zvoldev.wait(clone)
-            left = runner.remaining()
-            found = zvoldev.nonzero(device, ranges, blockmap.GRANULARITY,
-                                    READ_SECONDS if left is None else
-                                    min(READ_SECONDS, left / 2))
-            return blockmap.normal(found)
-        except errors.StorageError as exc:
-            log.warning("could not read %s (%s): its frees count whole",
-                        snapshot, exc.message)
-            return ranges
-        finally:
-            try:
-                zfs.destroy(clone)
-            except errors.DatasetNotFound:
-                pass
-            except errors.StorageError as exc:
-                log.warning("could not destroy %s (the collector will): %s",
-                            clone, exc.message)
 
 
 def _source(base, key):
@@ -240,31 +197,47 @@ def _window(offset, length, size):
 
 
 def _map_of(base):
-    """The ranges where base may hold data: its map, else a bound."""
+    """The ranges where base may hold data: its map; else, for a
+    snapshot, its data from a full send (kept as its map), or a bound."""
     name = base["name"]
     text = zfs.get_one(name, [meta.CBT_MAP]).get(meta.CBT_MAP)
     if text:
         try:
             return blockmap.decode_map(text)
         except errors.MetadataUnreadable as exc:
-            log.warning("%s: %s; bounded by its size", name, exc.message)
-    end = int(base["volsize"])
-    if meta.is_snapshot(base):
-        block = int(_volblocksize(meta.parent_of(name)))
-        found = zfs.data_end(name, block)
-        if found is not None:
-            end = min(end, found)
-    return [(0, end)]
+            log.warning("%s: %s; made again", name, exc.message)
+    if not meta.is_snapshot(base):
+        return [(0, int(base["volsize"]))]
+    try:
+        found = zfs.send_data(name)
+    except errors.StorageError as exc:
+        log.warning("could not read where %s holds data (%s): bounded by "
+                    "its last block", name, exc.message)
+        return [(0, _data_end(base))]
+    _keep_map(name, found)
+    return found
+
+
+def _data_end(snapshot):
+    """The end of the snapshot's last block, else its size."""
+    end = int(snapshot["volsize"])
+    found = zfs.data_end(snapshot["name"], int(_volblocksize(
+        meta.parent_of(snapshot["name"]))))
+    return end if found is None else min(end, found)
 
 
 def _store_map(name, known, writes, frees):
     """Keep the target's map: its data is where base's was, less what is
-    a hole now, plus what was written. Never fails the call: without a
-    map, the next list is bounded by the size instead."""
-    now = blockmap.union(blockmap.subtract(known, frees), writes)
+    a hole now, plus what was written."""
+    _keep_map(name, blockmap.union(blockmap.subtract(known, frees), writes))
+
+
+def _keep_map(name, ranges):
+    """Set a snapshot's map. Never fails the call: without a map, the next
+    list from it makes one again."""
     try:
         zfs.set_props(name, {meta.CBT_MAP: blockmap.encode_map(
-            now, meta.MAX_VALUE)})
+            ranges, meta.MAX_VALUE)})
     except errors.StorageError as exc:
         log.warning("could not keep the allocation map of %s: %s", name,
                     exc.message)

@@ -9,7 +9,6 @@ What it frees (the kinds are ``meta``'s):
 - an internal snapshot without its clone (the clone was never made, or is
   gone), and one that lost its deferred-destroy mark (a crash between
   ``zfs clone`` and ``zfs destroy -d``) gets it back;
-- a clone list_changed_blocks read and a crash left (``meta.is_cbt_clone``);
 - a datapath clone no state file of this host uses (``sweep_clones``: the
   datapath passes the clones its state files name).
 Snapshots destroyed deferred are freed by ZFS itself with their last clone.
@@ -30,9 +29,8 @@ def garbage(rows):
     "defer" (``zfs destroy -d``)."""
     actions = []
     for row in rows:
-        if (meta.is_hidden(row) and
-                not meta.has_dependents(row["name"], rows)) or \
-                meta.is_cbt_clone(row):
+        if meta.is_hidden(row) and \
+                not meta.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and not meta.clones_of(row):
             actions.append(("destroy", row["name"]))
@@ -43,8 +41,8 @@ def garbage(rows):
 
 def needed(rows):
     """Whether the SR holds anything collect may have to free."""
-    return any(meta.is_hidden(r) or meta.is_cbt_clone(r) or
-               (meta.is_internal(r) and r.get("defer_destroy") != "on")
+    return any(meta.is_hidden(r) or (meta.is_internal(r) and
+                                     r.get("defer_destroy") != "on")
                for r in rows)
 
 

@@ -42,9 +42,6 @@ Kinds (see the functions of the same names below)
                  CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
-  cbt clone      ``<sr>/zfsng-cbt-<uuid>``: a clone of a snapshot that
-                 list_changed_blocks reads, destroyed by it
-                 (``is_cbt_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
                  never changed (``is_foreign``, ``made_by_zfsng``)
 
@@ -259,17 +256,6 @@ def is_data_destroyed(row):
     return row["type"] == "volume" and bool(row.get(CBT_BOOKMARK))
 
 
-def cbt_clone(sr, clone_uuid):
-    """The clone of a snapshot list_changed_blocks reads for a moment."""
-    return "%s/%s%s" % (sr, CBT_SNAPSHOT, clone_uuid)
-
-
-def is_cbt_clone(row):
-    last = row["name"].rsplit("/", 1)[-1]
-    return row["type"] == "volume" and last.startswith(CBT_SNAPSHOT) and \
-        names.is_uuid(last[len(CBT_SNAPSHOT):])
-
-
 def bookmark(snapshot_name):
     """The bookmark data_destroy leaves of a snapshot: <vol>#<uuid>."""
     return snapshot_name.replace("@", "#", 1)
@@ -346,8 +332,7 @@ def made_by_zfsng(row, sr):
     """Whether a dataset, snapshot or bookmark below the SR dataset is
     zfs-ng's own: a zvol <sr>/<uuid> carrying a vdi value (a VDI, a hidden
     parent awaiting collection, a zvol the datapath set aside), a datapath
-    clone <sr>/<uuid>.ro, a clone list_changed_blocks reads
-    <sr>/zfsng-cbt-<uuid>, and on those zvols the VDI snapshots,
+    clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots,
     snapshots being freed (deferred), internal and reset-point snapshots,
     and the bookmarks data_destroy leaves, <uuid>#<uuid>. Anything else
     (filesystems, other zvols, the admin's snapshots and bookmarks) is
@@ -358,8 +343,6 @@ def made_by_zfsng(row, sr):
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID))
-        if is_cbt_clone(row):
-            return True
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
             row.get(DATAPATH_CLONE) is not None

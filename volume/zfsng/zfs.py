@@ -322,6 +322,20 @@ def send_changes(base, target):
     return found
 
 
+def send_data(snapshot):
+    """The range set of the snapshot's data: the writes of a full ``zfs
+    send -L -e -c`` (holes come as frees and are never read; data is read
+    once, within the command's bound)."""
+    if snapshot.startswith("-"):
+        raise errors.InternalError("dataset name looks like an option: %r"
+                                   % snapshot)
+    argv = ["zfs", "send", "-L", "-e", "-c", snapshot]
+    result, found = runner.stream(argv, sendstream.writes_and_frees)
+    if result.rc != 0:
+        raise _classify(result)
+    return found[0]
+
+
 def data_end(snapshot, block):
     """The end of the snapshot's last block, (maxblkid + 1) * block, as
     ``zdb -e`` reads the zvol's data object from the pool's disks; None if
