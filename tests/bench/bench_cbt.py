@@ -3,15 +3,20 @@ Volume.list_changed_blocks costs.
 
 * **Bytes read against bytes changed.** A disk written whole, then rounds
   as Xen Orchestra runs them: random writes over a fraction of the disk,
-  a snapshot, list_changed_blocks(previous, new), data_destroy of the
-  previous. *changed* is the 64 KiB blocks the round's writes touched
+  a snapshot, list_changed_blocks(previous, new), data_destroy. XO
+  data-destroys each snapshot once backed up; here the previous one goes
+  after the round instead, so that the whole-read comparison can still
+  read it: the list is the same (a send from a bookmark carries the same
+  records as one from its snapshot, and the map is the same). The first
+  round's list also makes the first snapshot's map (a full send of it). *changed* is the 64 KiB blocks the round's writes touched
   (random data: every one differs); *read* is the blocks the bitmap
   marks, what XO reads over NBD. Target: read at most 1.1x changed.
   Beside it, the incremental done without CBT: both snapshots read whole
   and compared (bytes read, seconds).
 * **list_changed_blocks against disk size.** Sparse disks of 64 MiB up to
   16 TiB, 1 MiB of data, a snapshot, 1 MiB more in the middle of the
-  disk, a snapshot: the call's time. Target: 16 TiB at most 1.5x 64 MiB.
+  disk, a snapshot: the call's time (its first run also makes the base's
+  map). Target: 16 TiB at most 1.5x 64 MiB.
 """
 
 import base64

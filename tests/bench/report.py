@@ -335,7 +335,8 @@ def cbt(d, out):
           "the writes touched; *read*: the blocks the bitmap marks (what "
           "XO reads over NBD). Target: read at most 1.1x changed. *Whole "
           "reads*: the same incremental without CBT, both snapshots read "
-          "whole and compared.\n" % (b["disk_bytes"] // (1 << 20))]
+          "whole and compared. The first round's list also makes the "
+          "first snapshot's map (a full send of it).\n" % (b["disk_bytes"] // (1 << 20))]
     rows = [["%.0f%%" % (r["fraction"] * 100),
              "%.1f" % (r["changed_bytes"] / 1048576.0),
              "%.1f" % (r["read_bytes"] / 1048576.0), "%.3fx" % r["ratio"],
@@ -347,7 +348,9 @@ def cbt(d, out):
                      "whole reads s"], rows))
     md.append("\n### list_changed_blocks against disk size\n")
     md.append("Sparse disks, 1 MiB written, a snapshot, 1 MiB more in the "
-              "middle, a snapshot. Target: 16 TiB at most 1.5x 64 MiB.\n")
+              "middle, a snapshot; median (min-max) of the runs, the first "
+              "of which also makes the base's map. Target: 16 TiB at most "
+              "1.5x 64 MiB.\n")
     base = med(d["by_size"][0]["lcb_s"])
     rows = [["%d MiB" % (r["size"] >> 20) if r["size"] < (1 << 30) else
              "%d GiB" % (r["size"] >> 30), spread(r["lcb_s"], "%.3f"),
