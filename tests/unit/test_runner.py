@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from zfsng import runner, testhooks
+from zfsng import errors, runner, testhooks
 
 
 @pytest.fixture
@@ -123,3 +123,48 @@ def test_run_retried_retries_only_transient_failures_and_is_bounded(
         runner.set_runner(old)
     assert (fake.calls, result.rc) == (runs, rc)
     assert slept == [0.5, 1.0][:runs - 1]
+
+
+# --- stream: output read as it comes (zfs send) ------------------------------
+
+def _drain(read):
+    data = b""
+    while True:
+        chunk = read(7)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_stream_hands_stdout_to_consume_and_drains_stderr():
+    real = runner.SubprocessRunner()
+    # more stderr than a pipe holds: a runner that did not drain it would
+    # hang here, the command blocked on its stderr
+    result, value = real.stream(
+        ["sh", "-c", "head -c 200000 /dev/zero >&2; printf abcdefghij"],
+        _drain)
+    assert (result.rc, value, result.out) == (0, b"abcdefghij", "")
+    assert len(result.err) == 200000
+
+
+def test_stream_gives_the_commands_error_when_its_output_is_cut_short():
+    def parse(read):
+        if len(_drain(read)) < 5:
+            raise errors.InternalError("stream ended inside a record")
+    result, value = runner.SubprocessRunner().stream(
+        ["sh", "-c", "printf ab; echo 'cannot send' >&2; exit 1"], parse)
+    assert (result.rc, value, result.err.strip()) == (1, None, "cannot send")
+
+
+def test_stream_passes_a_parse_error_of_a_command_that_succeeded():
+    def parse(read):
+        _drain(read)
+        raise errors.InternalError("not a zfs send stream")
+    with pytest.raises(errors.InternalError):
+        runner.SubprocessRunner().stream(["printf", "xyz"], parse)
+
+
+def test_stream_kills_a_command_past_its_bound(monkeypatch):
+    monkeypatch.setattr(runner, "timeout_for", lambda argv: 0.5)
+    with pytest.raises(errors.CommandTimeout):
+        runner.SubprocessRunner().stream(["sleep", "30"], _drain)

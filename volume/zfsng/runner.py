@@ -93,32 +93,29 @@ class SubprocessRunner(object):
         self.trace = testhooks.get("ZFSNG_TRACE")
 
     def __call__(self, argv, stdin_text=None):
-        env = dict(os.environ)
-        env["LC_ALL"] = "C"
-        env.pop("LANG", None)
-        bound = timeout_for(argv)
-        if bound <= 0:
-            raise errors.CommandTimeout(
-                "the call ran out of time (%d s) before %s"
-                % (CALL_DEADLINE, " ".join(argv[:3])))
+        bound = _bound(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, close_fds=True)
+            stderr=subprocess.PIPE, env=_env(), close_fds=True)
         out, err = _communicate(
             proc, argv, bound,
             stdin_text.encode("utf-8") if stdin_text is not None else None)
         result = Result(argv, proc.returncode,
                         out.decode("utf-8", "replace"),
                         err.decode("utf-8", "replace"))
+        self._done(result, start)
+        return result
+
+    def _done(self, result, start):
+        """After each command: its trace line, and the test crash point."""
         if self.trace:
             _trace(self.trace, result, time.monotonic() - start)
         self.count += 1
         if self.crash_after and self.count >= self.crash_after:
-            log.warning("crash point %d reached after %s", self.count, argv)
+            log.warning("crash point %d reached after %s", self.count,
+                        result.argv)
             os._exit(137)
-        return result
-
 
     def stream(self, argv, consume):
         """Run argv and hand its stdout, as bytes, to consume(read) while it
@@ -129,18 +126,11 @@ class SubprocessRunner(object):
         StorageError because the command failed (its stdout ended early),
         the Result tells the command's error and the value is None; any
         other failure of consume kills the command and passes on."""
-        env = dict(os.environ)
-        env["LC_ALL"] = "C"
-        env.pop("LANG", None)
-        bound = timeout_for(argv)
-        if bound <= 0:
-            raise errors.CommandTimeout(
-                "the call ran out of time (%d s) before %s"
-                % (CALL_DEADLINE, " ".join(argv[:3])))
+        bound = _bound(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, close_fds=True)
+            stderr=subprocess.PIPE, env=_env(), close_fds=True)
         err = []
         drain = threading.Thread(target=lambda: err.append(proc.stderr.read()))
         drain.daemon = True
@@ -168,13 +158,28 @@ class SubprocessRunner(object):
         if failure is not None and rc <= 0:
             raise failure
         result = Result(argv, rc, "", b"".join(err).decode("utf-8", "replace"))
-        if self.trace:
-            _trace(self.trace, result, time.monotonic() - start)
-        self.count += 1
-        if self.crash_after and self.count >= self.crash_after:
-            log.warning("crash point %d reached after %s", self.count, argv)
-            os._exit(137)
+        self._done(result, start)
         return result, value
+
+
+def _env():
+    """The environment of every command: the C locale, so that output
+    parses the same on every host."""
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    env.pop("LANG", None)
+    return env
+
+
+def _bound(argv):
+    """argv's bound (timeout_for), or CommandTimeout if the call has no
+    time left to start it."""
+    bound = timeout_for(argv)
+    if bound <= 0:
+        raise errors.CommandTimeout(
+            "the call ran out of time (%d s) before %s"
+            % (CALL_DEADLINE, " ".join(argv[:3])))
+    return bound
 
 
 def _wait(proc, argv, bound):
@@ -311,9 +316,7 @@ def spawn_detached(argv):
         raise TypeError("argv must be a list of str: %r" % (argv,))
     log.debug("spawn: %s", " ".join(argv))
     args = [a.encode("utf-8", "surrogateescape") for a in argv]
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    env.pop("LANG", None)
+    env = _env()
     pid = os.fork()
     if pid == 0:   # the middle process: never returns
         code = 0
