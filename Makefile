@@ -151,10 +151,10 @@ lint-py36: $(VPY)
 	    tests/integration tests/demo.py tests/bench tests/plugin_client.py
 
 test-guest-2.1:
-	bash $(GUEST) --zfs 2.1 --timeout 3600 -- make guest-tests
+	bash $(GUEST) --zfs 2.1 --timeout 4500 -- make guest-tests
 
 test-guest-2.3:
-	bash $(GUEST) --zfs 2.3 --timeout 3600 -- make guest-tests
+	bash $(GUEST) --zfs 2.3 --timeout 4500 -- make guest-tests
 
 test-guest: test-guest-$(ZFS)
 

@@ -120,8 +120,8 @@ def sha(data):
 def guest_round(plugin, sr, vol, rnd, n):
     """One round of what a guest does between two backups: unaligned
     writes crossing 64 KiB boundaries, zeros over data, a discard, a
-    write into never-written space; the fourth round grows the disk
-    first and writes past the old end."""
+    write into never-written space; the fourth (last) round grows the
+    disk first and writes past the old end."""
     ds = dataset_of(vol)
     size = plugin("Volume.stat", sr=sr, key=vol["key"])["virtual_size"]
     if n == 3:
@@ -159,7 +159,7 @@ def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr,
     first, first_content = prev, backup
     purge(plugin, sr, prev)
     report = []
-    for n in range(5):
+    for n in range(4):
         guest_round(plugin, sr, vol, rnd, n)
         new = plugin("Volume.snapshot", sr=sr, key=key)
         size = new["virtual_size"]
