@@ -618,16 +618,7 @@ def test_the_fake_answers_the_plugins_commands_as_real_zfs(
           % (len(real.steps), commands, len(forms)))
     for form in sorted(forms):
         print("  " + form)
-    dump = os.environ.get("ZFSNG_CONTRACT_DUMP")
-    if dump:
-        with open(dump, "w") as f:
-            json.dump({"real": real.steps, "fake": fake_run.steps}, f,
-                      indent=1)
-    errors_seen = dict((label, outcome[1]) for label, _, outcome, _ in
-                       real.steps if outcome[0] == "error")
-    assert errors_seen == EXPECTED_ERRORS
-    diff = differences(normalize(real), normalize(fake_run))
-    assert not diff, "\n".join(diff)
+    assert_same(real, fake_run, EXPECTED_ERRORS, "")
 
 
 def test_the_fake_answers_the_cbt_commands_as_real_zfs(
@@ -643,13 +634,20 @@ def test_the_fake_answers_the_cbt_commands_as_real_zfs(
     fake_run = play(fake, one, monkeypatch, str(tmp_path / "fake"),
                     cbt_scenario, fake.guest_write)
     assert not fake.unknown, fake.unknown
+    assert_same(real, fake_run, CBT_EXPECTED_ERRORS, ".cbt")
+
+
+def assert_same(real, fake_run, expected_errors, dump_suffix):
+    """The real run failed where expected, and the fake's run is the real
+    one, command for command; both dumped to ZFSNG_CONTRACT_DUMP (plus
+    dump_suffix) when it is set."""
     dump = os.environ.get("ZFSNG_CONTRACT_DUMP")
     if dump:
-        with open(dump + ".cbt", "w") as f:
+        with open(dump + dump_suffix, "w") as f:
             json.dump({"real": real.steps, "fake": fake_run.steps}, f,
                       indent=1)
     errors_seen = dict((label, outcome[1]) for label, _, outcome, _ in
                        real.steps if outcome[0] == "error")
-    assert errors_seen == CBT_EXPECTED_ERRORS
+    assert errors_seen == expected_errors
     diff = differences(normalize(real), normalize(fake_run))
     assert not diff, "\n".join(diff)
