@@ -11,6 +11,7 @@ Handlers are called as the wire calls them: ``call("SR.create", uuid=...,
 results are type-checked against the v5 interface on every call.
 """
 
+import json
 import os
 import struct
 import sys
@@ -99,10 +100,12 @@ def handlers():
 
 
 def call(method, **args):
-    """Run a method as xapi-storage-script would reach it (checked)."""
+    """Run a method as xapi-storage-script would reach it (checked), and
+    return its result as xapi reads it: the JSON the wire writes."""
     args = dict(args)
     args.setdefault("dbg", "unit-test")
-    return wire.call(method, args, handlers())
+    result = wire.call(method, args, handlers())
+    return json.loads(b"".join(wire.dump(result)).decode("utf-8"))
 
 
 def create_sr(config=None, uuid=SR_UUID, name="tank", description=""):

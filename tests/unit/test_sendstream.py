@@ -3,6 +3,7 @@ by record as OpenZFS lays them out (dmu_replay_record_t)."""
 
 import base64
 import io
+import random
 import struct
 
 import pytest
@@ -117,7 +118,40 @@ def test_a_broken_stream_is_an_error_never_a_silent_answer(data, why):
 def test_the_bitmap_has_the_first_block_in_the_top_bit():
     bits = blockmap.bitmap([(64 * KiB, 192 * KiB)], 8 * 64 * KiB)
     assert bits == bytes([0b01100000])
-    assert base64.b64decode(blockmap.encode(bits)) == bits
+    assert b"".join(blockmap.encoded_bitmap([(64 * KiB, 192 * KiB)],
+                                            8 * 64 * KiB)) == \
+        base64.b64encode(bits)
+
+
+PIECE_BLOCKS = blockmap.CHUNK * 8     # blocks one piece of the base64 covers
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_streamed_bitmap_is_the_base64_of_the_whole_bitmap(seed):
+    """Pieces join into exactly the base64 of bitmap(): across piece
+    edges, in whole zero and whole full pieces, in a last short piece."""
+    rnd = random.Random(seed)
+    g = blockmap.GRANULARITY
+    size = rnd.choice([1, g, PIECE_BLOCKS * g, 3 * PIECE_BLOCKS * g + 5,
+                       rnd.randrange(1, 4 * PIECE_BLOCKS * g)])
+    ranges = []
+    for _ in range(rnd.randrange(6)):
+        at = rnd.randrange(size + g)
+        ranges.append((at, at + rnd.choice([1, g, 2 * PIECE_BLOCKS * g,
+                                            rnd.randrange(1, size + 1)])))
+    ranges = blockmap.normal(ranges)
+    assert b"".join(blockmap.encoded_bitmap(ranges, size)) == \
+        base64.b64encode(blockmap.bitmap(ranges, size))
+
+
+def test_a_sparse_bitmap_shares_its_empty_pieces():
+    """A 16 TiB disk's answer costs its ranges, not its 32 MiB bitmap:
+    every whole piece no range touches is the one shared constant."""
+    size = 16 << 40
+    pieces = list(blockmap.encoded_bitmap([(0, MiB)], size))
+    assert sum(map(len, pieces)) == 4 * ((size // blockmap.GRANULARITY
+                                          // 8 + 2) // 3)
+    assert len(set(map(id, pieces[1:-1]))) == 1     # the last is short
 
 
 def test_the_bitmap_covers_the_disk_and_partial_blocks():

@@ -274,6 +274,27 @@ def test_non_ascii_error_messages_are_utf8_too(monkeypatch):
     assert error_of(out.decode("utf-8"))["params"][1] == NON_ASCII
 
 
+def test_a_long_string_is_written_piece_by_piece_as_one_json_value(
+        monkeypatch):
+    """list_changed_blocks' bitmap goes out in pieces, never whole: the
+    bytes are still exactly one JSON object, fields in order."""
+    pieces = [b"AAAA", b"/w==", b""]
+    table = {"Volume.list_changed_blocks": Recorder({
+        "granularity": 65536, "bitmap": wire.LongString(
+            lambda: iter(pieces))})}
+    rc, out = run_c_locale(
+        monkeypatch, ["Volume.list_changed_blocks", "--json"],
+        b'{"dbg": "x", "sr": "tank", "key": "a", "key2": "b", '
+        b'"offset": 0, "length": -1}', table)
+    assert rc == 0
+    assert out == b'{"granularity": 65536, "bitmap": "AAAA/w=="}\n'
+
+
+def test_a_long_string_is_taken_only_where_the_interface_allows_it():
+    with pytest.raises(TypeError):
+        wire.STR.check(wire.LongString(lambda: iter([])), "name")
+
+
 def test_stdin_that_is_not_utf8_is_a_typed_error(monkeypatch):
     table = {"Volume.set": Recorder(None)}
     rc, out = run_c_locale(monkeypatch, ["Volume.set", "--json"],

@@ -162,15 +162,15 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
         writes, frees = _changes_to_live(sr, source, target["name"])
     changed = blockmap.union(writes, blockmap.intersect(frees, known))
     window = blockmap.intersect(changed, [(start, stop)])
-    bits = blockmap.bitmap([(a - start, b - start) for a, b in window],
-                           stop - start)
+    relative = [(a - start, b - start) for a, b in window]
     log.info("changed blocks %s -> %s: %d of %d blocks (%d bytes written, "
              "%d freed)", source, target["name"], blockmap.blocks_in(window),
              (stop - start + blockmap.GRANULARITY - 1) //
              blockmap.GRANULARITY, blockmap.total(writes),
              blockmap.total(blockmap.intersect(frees, [(0, size)])))
     return {"granularity": blockmap.GRANULARITY,
-            "bitmap": blockmap.encode(bits)}
+            "bitmap": wire.LongString(
+                lambda: blockmap.encoded_bitmap(relative, stop - start))}
 
 
 def _source(base, key):
