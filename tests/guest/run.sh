@@ -5,18 +5,27 @@
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
-#          [--shared-disk FILE] [--cpus N] -- <command...>
+#          [--shared-disk FILE] [--cpus N] [--state DIR] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
 # /dev/disk/by-id/virtio-zfsng-d1..dN. Output streams to this terminal and to
 # <results>/output.log. Exits with the command's exit code; 124 if the guest
-# timed out, 125 if it stopped without reporting one.
+# timed out, 125 if it stopped without reporting one (as after a power cut).
+# --state DIR keeps the disks and the root overlay in DIR: a later run with
+# the same DIR is the same host booting again.
 #
 # Defaults: --zfs 2.1, --disks 6, --disk-size 1G, --mem 3072, --timeout 2400,
 # --cpus 2 (ZFSNG_GUEST_CPUS).
 # --results DIR keeps the results dir (created if needed; otherwise it is a
 # temp dir removed at exit, like the disks and the root overlay).
+# --state DIR keeps the disks (d1.raw..dN.raw) and the root overlay
+# (root.qcow2) in DIR instead of the temp dir: made on first use, used as
+# they are when present (their size and number too), so that a second boot
+# with the same DIR is the same host after a reboot, its root file system
+# and its pool disks as the first boot left them. The guest's sysrq 'b'
+# (echo b >/proc/sysrq-trigger) is a power cut: with -no-reboot qemu ends
+# at once, no rc file is written, and run.sh exits 125.
 # --hostid HEX gives the guest that hostid (default: the image's own).
 # --shared-disk FILE attaches an existing raw file, without image locking, as
 # /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
@@ -30,9 +39,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
+state=
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
-    sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -46,6 +56,7 @@ while [ $# -gt 0 ]; do
         --hostid) hostid=${2:?}; shift 2 ;;
         --shared-disk) shared=${2:?}; shift 2 ;;
         --cpus) cpus=${2:?}; shift 2 ;;
+        --state) state=${2:?}; shift 2 ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -104,18 +115,31 @@ EOF
     echo
 } >"$results/cmd.sh"
 
-# A throwaway overlay keeps the cached root image untouched.
-qemu-img create -q -f qcow2 -b "$img/rootfs.img" -F raw "$tmp/root.qcow2"
+# Where the disks and the root overlay live: the temp dir, or --state's.
+if [ -n "$state" ]; then
+    mkdir -p "$state"
+    keep=$(cd "$state" && pwd)
+else
+    keep=$tmp
+fi
+
+# An overlay keeps the cached root image untouched (thrown away with the
+# temp dir, or kept in --state's dir and booted again as it is).
+[ -f "$keep/root.qcow2" ] ||
+    qemu-img create -q -f qcow2 -b "$img/rootfs.img" -F raw "$keep/root.qcow2"
 
 # The root disk is the first virtio device so the guest names it vda
 # (-device entries get PCI slots in order, ahead of any if=virtio drive).
-drives=(-drive "file=$tmp/root.qcow2,format=qcow2,if=none,id=root,cache=unsafe"
+drives=(-drive "file=$keep/root.qcow2,format=qcow2,if=none,id=root,cache=unsafe"
     -device "virtio-blk-pci,drive=root")
 for ((i = 1; i <= disks; i++)); do
-    truncate -s "$disk_size" "$tmp/d$i.raw"
+    [ -f "$keep/d$i.raw" ] || truncate -s "$disk_size" "$keep/d$i.raw"
     # cache=unsafe: the disks are thrown away, so flushes need not reach the
     # host (ZFS flushes at every txg; honouring them is slow for nothing).
-    drives+=(-drive "file=$tmp/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
+    # With --state too: what the guest wrote is in the host's page cache
+    # when qemu ends, so a power cut of the guest loses only what the
+    # guest itself had not written yet (as a disk without a write cache).
+    drives+=(-drive "file=$keep/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
 # The CPython 3.6 tree, read-only (see python36.sh --image).
@@ -136,7 +160,7 @@ append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
 append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
 [ -z "$hostid" ] || append+=" zfsng.hostid=$hostid"
 
-echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB" >&2
+echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB${state:+, state in $keep}" >&2
 start=$SECONDS
 # -display none -serial stdio rather than -nographic: with -nographic SeaBIOS
 # also drives the serial port and sends terminal reset/clear/autowrap-off
