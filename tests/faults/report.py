@@ -2,9 +2,10 @@
 
     python3 tests/faults/report.py DIR [DIR ...] > report.md
 
-Each DIR holds one OpenZFS version's results (``<scenario>-<seed>.json``
-from campaign.py, ``powercut-<seed>-<iteration>.json`` from powercut.py,
-and ``zfs-version``, written by the make target). The report gives, per
+Each DIR holds one OpenZFS version's results, in it or in directories
+below it: ``<scenario>-<seed>.json`` from campaign.py,
+``powercut-<seed>-<iteration>.json`` from powercut.py, and
+``zfs-version``, written by the make target. The report gives, per
 version and scenario: the faults injected, the plugin calls made, the
 errors returned by type, the data checked, and what was lost, with the
 totals first. It exits 1 if any result records a problem or a loss, so a
@@ -19,7 +20,8 @@ import sys
 
 def load(directory):
     results = []
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+    for path in sorted(glob.glob(os.path.join(directory, "**", "*.json"),
+                                 recursive=True)):
         with open(path) as f:
             result = json.load(f)
         if isinstance(result, dict) and "scenario" in result:
@@ -28,8 +30,8 @@ def load(directory):
 
 
 def version(directory):
-    path = os.path.join(directory, "zfs-version")
-    if os.path.exists(path):
+    for path in glob.glob(os.path.join(directory, "**", "zfs-version"),
+                          recursive=True):
         with open(path) as f:
             return f.read().strip()
     return os.path.basename(os.path.normpath(directory))
@@ -68,13 +70,14 @@ def section(directory):
         return lines + ["No results.\n"], 1
     lines.append("| scenario | runs | faults injected | plugin calls | "
                  "errors returned, by type | hashes checked | lost VDIs / "
-                 "keys / bytes | problems | slowest call s |")
+                 "keys / data | problems | slowest call s |")
     lines.append("|---|---|---|---|---|---|---|---|---|")
     bad = 0
     for name, runs in sorted(group(results).items()):
         calls = sum(sum(r["calls"].values()) for r in runs)
-        lost = [sum(len(r["lost"][k]) for r in runs) for k in ("vdis",
-                                                                  "keys")]
+        lost = [sum(len(r["lost"][k]) for r in runs)
+                for k in ("vdis", "keys")] + \
+            [sum(r["lost"]["bytes"] for r in runs)]
         problems = sum(len(r["problems"]) for r in runs)
         bad += problems + sum(lost_count(r) for r in runs)
         lines.append("| %s | %d | %d | %d | %s | %d | %d / %d / %d | %d | "
@@ -83,7 +86,7 @@ def section(directory):
                          calls, counts_text(merge_counts(
                              r["errors"] for r in runs)),
                          sum(r["hashes_checked"] for r in runs), lost[0],
-                         lost[1], sum(r["lost"]["bytes"] for r in runs),
+                         lost[1], lost[2],
                          problems, max(r["slowest_call"]["seconds"]
                                        for r in runs)))
     lines.append("")
