@@ -6,7 +6,7 @@ stdin, one JSON value on stdout), with an outer bound of its own, so that
 a call that hangs is a finding instead of a hung campaign. The ledger
 counts calls per method and errors per type, keeps the slowest call, and
 collects the scenario's checks: hashes compared, and anything lost (VDIs,
-keys, bytes). A failed expectation is recorded as a problem and the
+keys, data). A failed expectation is recorded as a problem and the
 scenario goes on, so one report shows everything a fault broke.
 """
 
@@ -20,6 +20,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 from plugin_client import VOLUME_PLUGIN, check_error_object  # noqa: E402
+
+# Datapath.* methods are the datapath plugin's executables (the power-cut
+# burst attaches, activates and resets VDIs through the ledger too).
+DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
 
 # Seconds. The plugin's own deadline for a whole call is 600 s
 # (runner.CALL_DEADLINE); a call still running past OUTER_BOUND has
@@ -65,9 +69,11 @@ class Ledger(object):
         args.setdefault("dbg", "fault-%s-%d" % (self.scenario, self.seed))
         self.calls[method] = self.calls.get(method, 0) + 1
         start = time.monotonic()
+        plugin = DATAPATH_PLUGIN if method.startswith("Datapath.") \
+            else VOLUME_PLUGIN
         try:
             proc = subprocess.run(
-                [os.path.join(self.root, VOLUME_PLUGIN, method), "--json"],
+                [os.path.join(self.root, plugin, method), "--json"],
                 input=json.dumps(args).encode("utf-8"),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=self.env, timeout=bound)
@@ -120,7 +126,7 @@ class Ledger(object):
 
     def hashes(self, expected, actual, what):
         """Compare {name: sha256} maps; a missing or different one is
-        lost data."""
+        lost data (counted in lost["bytes"])."""
         for name, digest in sorted(expected.items()):
             self.hashes_checked += 1
             if actual.get(name) != digest:
