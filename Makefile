@@ -3,7 +3,8 @@
 #   make check      the whole test suite (what CI runs): unit + protocol
 #                   tests under python3 and again under CPython 3.6, Python
 #                   3.6 lint, RPM checks, real-ZFS tests in the QEMU guest
-#                   on OpenZFS 2.1 and 2.3
+#                   on OpenZFS 2.1 and 2.3, and a short fault campaign
+#   make faults     the whole fault campaign (tests/faults), with its report
 #   make demo       bring up a real ZFS SR in the test guest and drive it
 #                   through the plugin, as xapi would
 #   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB;
@@ -35,7 +36,8 @@ ZFS           ?= 2.3
 .PHONY: all install deps check test-unit test-protocol lint-py36 bench \
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
-        test-multihost-2.1 test-multihost-2.3 test-guests
+        test-multihost-2.1 test-multihost-2.3 test-guests \
+        faults faults-quick faults-2.1 faults-2.3 faults-report
 
 all:
 	@echo "zfs-ng $(VERSION): see 'make check', 'make demo', 'make install'"
@@ -191,7 +193,56 @@ guest-install:
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
 check: test-unit test-protocol test-unit-py36 test-protocol-py36 lint-py36 \
-       test-rpm test-guests test-multihost-2.1 test-multihost-2.3
+       test-rpm test-guests test-multihost-2.1 test-multihost-2.3 faults-quick
+
+# --- the fault campaign (tests/faults) ----------------------------------------
+# make faults: storage that fails under a working SR (a mirror losing a
+# disk, a single disk lost, a full pool, a slow disk) and FAULT_CUTS power
+# cuts mid-burst, on OpenZFS 2.1 and 2.3 side by side (a one-CPU guest
+# each); FAULTS_OUT/report.md says what was injected, called, returned and
+# checked, and the target fails on any problem or loss.
+# make faults-quick: the seeded subset make check runs: each version plays
+# half the scenarios, quick, and FAULT_QUICK_CUTS power cuts.
+FAULTS_OUT       ?= build/faults
+FAULT_SEED       ?= 1
+FAULT_CUTS       ?= 20
+FAULT_QUICK_CUTS ?= 2
+FAULT_ARGS       ?=
+QUICK_2.1        := --quick --scenarios mirror-loss,pool-full
+QUICK_2.3        := --quick --scenarios disk-loss,slow-disk
+
+faults:
+	rm -rf $(FAULTS_OUT)
+	ZFSNG_GUEST_CPUS=1 $(MAKE) -j2 -O faults-2.1 faults-2.3
+	$(MAKE) -s faults-report
+
+faults-quick:
+	rm -rf $(FAULTS_OUT)
+	ZFSNG_GUEST_CPUS=1 $(MAKE) -j2 -O FAULT_CUTS=$(FAULT_QUICK_CUTS) \
+	    faults-2.1 FAULT_ARGS_2.1="$(QUICK_2.1)" \
+	    faults-2.3 FAULT_ARGS_2.3="$(QUICK_2.3)"
+	$(MAKE) -s faults-report
+
+# One version: the storage scenarios in one guest, then the power cuts (a
+# guest booted FAULT_CUTS+1 times on the same disks). Each run's exit
+# status goes to <run>.rc for the report to judge, with its results.
+faults-2.1 faults-2.3: faults-%:
+	rm -rf $(FAULTS_OUT)/$*
+	mkdir -p $(FAULTS_OUT)/$*
+	bash $(GUEST) --zfs $* --disks 4 --disk-size 1G --timeout 3600 \
+	    --results $(FAULTS_OUT)/$*/storage -- sh -c 'make -s guest-install && \
+	    zfs version | head -n 1 > /results/zfs-version && \
+	    python3 tests/faults/campaign.py --root /tmp/zfsng-root \
+	    --out /results --seed $(FAULT_SEED) $(FAULT_ARGS) $(FAULT_ARGS_$*)'; \
+	    echo $$? > $(FAULTS_OUT)/$*/storage.rc
+	python3 tests/faults/powercut.py --zfs $* --cpus 1 --seed $(FAULT_SEED) \
+	    --iterations $(FAULT_CUTS) --out $(FAULTS_OUT)/$*/powercut; \
+	    echo $$? > $(FAULTS_OUT)/$*/powercut.rc
+
+faults-report:
+	python3 tests/faults/report.py $(FAULTS_OUT)/2.1 $(FAULTS_OUT)/2.3 \
+	    > $(FAULTS_OUT)/report.md || { cat $(FAULTS_OUT)/report.md; exit 1; }
+	@echo "fault campaign: no problem, nothing lost ($(FAULTS_OUT)/report.md)"
 
 # --- the newcomer's demo ----------------------------------------------------------
 demo:

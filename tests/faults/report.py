@@ -5,7 +5,8 @@
 Each DIR holds one OpenZFS version's results, in it or in directories
 below it: ``<scenario>-<seed>.json`` from campaign.py,
 ``powercut-<seed>-<iteration>.json`` from powercut.py, and
-``zfs-version``, written by the make target. The report gives, per
+``zfs-version`` and ``<run>.rc`` (a run's exit status), written by the
+make target. The report gives, per
 version and scenario: the faults injected, the plugin calls made, the
 errors returned by type, the data checked, and what was lost, with the
 totals first. It exits 1 if any result records a problem or a loss, so a
@@ -63,16 +64,33 @@ def counts_text(counts):
         or "none"
 
 
+def failed_runs(directory):
+    """The runs (``<run>.rc``, written by the make target) that exited
+    non-zero: a guest that died or a check that failed."""
+    failed = []
+    for path in sorted(glob.glob(os.path.join(directory, "*.rc"))):
+        with open(path) as f:
+            status = f.read().strip()
+        if status != "0":
+            failed.append("%s (exit %s)" % (
+                os.path.basename(path)[:-3], status))
+    return failed
+
+
 def section(directory):
     results = load(directory)
     lines = ["## OpenZFS %s\n" % version(directory)]
+    failed = failed_runs(directory)
+    if failed:
+        lines.append("**Runs that failed:** %s (see their logs in %s).\n"
+                     % (", ".join(failed), directory))
     if not results:
-        return lines + ["No results.\n"], 1
+        return lines + ["No results.\n"], 1 + len(failed)
     lines.append("| scenario | runs | faults injected | plugin calls | "
                  "errors returned, by type | hashes checked | lost VDIs / "
                  "keys / data | problems | slowest call s |")
     lines.append("|---|---|---|---|---|---|---|---|---|")
-    bad = 0
+    bad = len(failed)
     for name, runs in sorted(group(results).items()):
         calls = sum(sum(r["calls"].values()) for r in runs)
         lost = [sum(len(r["lost"][k]) for r in runs)
@@ -119,7 +137,7 @@ def main(directories):
         bad += n
     out.insert(2, "**Result: %s.**\n" % (
         "no problem, nothing lost" if not bad else
-        "%d problems or losses (below)" % bad))
+        "%d problems, losses or failed runs (below)" % bad))
     sys.stdout.write("\n".join(out) + "\n")
     return 1 if bad else 0
 
