@@ -298,3 +298,32 @@ def test_spawn_detached_shares_nothing(tmp_path):
 def test_spawn_detached_of_a_missing_program(tmp_path):
     with pytest.raises(OSError):
         runner.spawn_detached([str(tmp_path / "nothing")])
+
+
+@pytest.mark.parametrize("vdev,leaf", [
+    ("mirror /dev/sdb /dev/sdc", "/dev/sdc1"),
+    ("mirror /dev/sdb /dev/sdc log /dev/sdd", "/dev/sdd1")])
+def test_a_lost_leg_of_a_pool_zfs_calls_online_is_degraded(fake, xe, vdev,
+                                                           leaf):
+    # OpenZFS 2.3 faults a mirror leg that fails every I/O ("too many
+    # errors") and still calls the pool ONLINE (the fault campaign's
+    # mirror-loss): the redundancy is lost all the same, and the admin
+    # must hear it as a DEGRADED pool, at priority 2
+    sr, _ = create_sr({"vdev": vdev})
+    fake.fault(leaf)
+    fake.set_health("tank", "ONLINE")
+    state, text = stat(sr)
+    assert state == "Healthy"
+    assert text.startswith("pool tank is DEGRADED (zpool says ONLINE")
+    assert "%s FAULTED" % leaf in text
+    [sent] = xe(1)
+    assert (sent["name"], sent["priority"]) == ("ZFSNG_POOL_DEGRADED", "2")
+
+
+def test_a_lost_cache_device_leaves_the_pool_online(fake, xe):
+    sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc cache /dev/sdd"})
+    fake.fault("/dev/sdd1")
+    state, text = stat(sr)
+    assert state == "Healthy" and text.startswith("pool tank is ONLINE.")
+    [sent] = xe(1)
+    assert (sent["name"], sent["priority"]) == ("ZFSNG_POOL_ONLINE", "3")

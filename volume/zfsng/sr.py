@@ -56,14 +56,23 @@ def visible_volume_count(sr):
 SERVING = ("ONLINE", "DEGRADED")
 
 
+# Leaf states of a device that no longer holds its share of the pool's
+# data. A leaf under "cache" or "spares" holds no data: losing it loses no
+# redundancy (a faulted cache device leaves the pool ONLINE, rightly).
+LOST = ("FAULTED", "UNAVAIL", "REMOVED", "OFFLINE")
+NO_DATA_SECTIONS = ("cache", "spares")
+
+
 def _status_reason(pool):
-    """One line from ``zpool status -x``: its status sentence and bad
-    devices; "" for a pool with no problem to report."""
+    """(one line from ``zpool status -x``: its status sentence and bad
+    devices, "" for a pool with no problem to report; whether a device
+    that holds data, or a log device, is lost)."""
     try:
         text = zfs.pool_status(pool, problems_only=True)
     except errors.ZfsError as exc:
-        return exc.message
+        return exc.message, False
     status, bad, in_status, in_config = [], [], False, False
+    section, lost = None, False
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("status:"):
@@ -80,6 +89,8 @@ def _status_reason(pool):
             in_config = False
         elif in_config:
             words = stripped.split()
+            if len(words) == 1:     # a section: logs, cache, spares...
+                section = words[0]
             if len(words) < 2:
                 continue
             # a disk missing since import is shown by its guid, with
@@ -87,10 +98,12 @@ def _status_reason(pool):
             path = words[-1] if words[-2] == "was" else words[0]
             if path.startswith("/") and words[1] != "ONLINE":
                 bad.append("%s %s" % (path, words[1]))
+                if words[1] in LOST and section not in NO_DATA_SECTIONS:
+                    lost = True
     reason = " ".join(status)
     if bad:
         reason += (" " if reason else "") + "Devices: %s." % ", ".join(bad)
-    return reason
+    return reason, lost
 
 
 def pool_health(pool):
@@ -104,13 +117,25 @@ def pool_health(pool):
     tool that scans (Xen Orchestra's disk views), exactly while ZFS keeps
     the data available. xapi drops Healthy's text; ``alert`` tells the
     admin (SMlog, a XenAPI message) and Plugin.diagnostics leads with it.
+
+    An ONLINE pool with a lost data or log device is DEGRADED here: OpenZFS
+    2.3 faults a mirror leg that fails every I/O ("too many errors") and
+    still calls the pool and the mirror ONLINE (seen by the fault
+    campaign, tests/faults/storage.py mirror-loss), though the pool has
+    lost that leg's redundancy just as after ``zpool offline``. The admin
+    must hear it as the DEGRADED pool it is (ZFSNG_POOL_DEGRADED, priority
+    2), not as a minor problem of an ONLINE one.
     """
     row = zfs.pool_by_name(pool)
     state = row["health"] if row else "UNAVAIL"
-    problem = _status_reason(pool)
+    problem, lost = _status_reason(pool)
     if state == "ONLINE" and not problem:
         return state, ["Healthy", ""]
-    text = ("pool %s is %s. %s" % (pool, state, problem)).strip()
+    shown = state
+    if state == "ONLINE" and lost:
+        state = "DEGRADED"
+        shown = "DEGRADED (zpool says ONLINE, but a device is lost)"
+    text = ("pool %s is %s. %s" % (pool, shown, problem)).strip()
     return state, ["Healthy" if state in SERVING else "Unavailable", text]
 
 
