@@ -291,3 +291,24 @@ def test_set_on_an_unknown_sr(fake, method, arg):
     with pytest.raises(errors.Sr_not_attached):
         call(method, sr="nosuchpool", **{arg: "x"})
     assert fake.mutations(since=mark) == []
+
+
+def test_a_suspended_multihost_pool_says_to_reboot(fake):
+    # zpool clear of a suspended multihost pool (every pool zfs-ng makes)
+    # hung in the kernel on OpenZFS 2.3 (fault campaign, disk-loss): the
+    # admin is told to reboot instead of what zpool status suggests
+    sr, _ = create_sr()
+    fake.set_health("tank", "SUSPENDED")
+    state, reason = call("SR.stat", sr=sr)["health"]
+    assert state == "Unavailable"
+    assert "tank is SUSPENDED" in reason
+    assert "multihost on" in reason and "reboot the host" in reason
+
+
+def test_a_suspended_pool_without_multihost_says_nothing_of_reboots(fake):
+    fake.admin("zpool create -m none data /dev/sdc")
+    sr, _ = create_sr({"zpool": "data"}, name="a")
+    fake.set_health("data", "SUSPENDED")
+    state, reason = call("SR.stat", sr=sr)["health"]
+    assert state == "Unavailable" and "data is SUSPENDED" in reason
+    assert "reboot" not in reason

@@ -136,7 +136,22 @@ def pool_health(pool):
         state = "DEGRADED"
         shown = "DEGRADED (zpool says ONLINE, but a device is lost)"
     text = ("pool %s is %s. %s" % (pool, shown, problem)).strip()
+    if state == "SUSPENDED" and row and row.get("multihost") == "on":
+        text += " " + SUSPENDED_MULTIHOST
     return state, ["Healthy" if state in SERVING else "Unavailable", text]
+
+
+# zpool status tells the admin to run 'zpool clear' on a suspended pool.
+# On a pool with multihost on (every pool zfs-ng creates) OpenZFS may
+# refuse that clear, or hang it in the kernel for good, and every later
+# zpool command with it (openzfs/zfs issues 19033 and 19036; the fault
+# campaign's disk-loss hung it on OpenZFS 2.3 after the disk came back).
+# A reboot is then the only way out, so the admin hears it first.
+SUSPENDED_MULTIHOST = (
+    "The pool has multihost on: OpenZFS may never finish 'zpool clear' on "
+    "it (the command and every later zpool command hang: openzfs/zfs "
+    "issues 19033, 19036). Reconnect the disks and reboot the host; "
+    "plugging the SR in again imports the pool.")
 
 
 def health(pool):

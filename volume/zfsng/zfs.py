@@ -361,7 +361,9 @@ def data_end(snapshot, block):
 
 # --- pools ----------------------------------------------------------------
 
-POOL_COLUMNS = ["name", "guid", "health", "size", "allocated", "free"]
+# multihost: whether a suspended pool can be resumed (sr.pool_health)
+POOL_COLUMNS = ["name", "guid", "health", "size", "allocated", "free",
+                "multihost"]
 
 
 def list_pools():
