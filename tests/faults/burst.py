@@ -119,7 +119,20 @@ class Journal(object):
 # --- the model: what xapi knows ------------------------------------------------
 
 def new_model(sr, configuration):
-    return {"sr": sr, "configuration": configuration, "vdis": {}}
+    return {"sr": sr, "configuration": configuration, "vdis": {},
+            "next": 0}
+
+
+def ordered(vdis):
+    """The keys of vdis in the order the VDIs were made. Keys are random
+    uuids: a choice by their sorted order would pick another VDI in a
+    replay, a choice by order of making picks the same one."""
+    return sorted(vdis, key=lambda k: (vdis[k].get("seq", 0), k))
+
+
+def _born(model, key):
+    model["vdis"][key]["seq"] = model.get("next", 0)
+    model["next"] = model.get("next", 0) + 1
 
 
 def apply(model, op, result):
@@ -132,12 +145,14 @@ def apply(model, op, result):
             "name": op["args"]["name"], "size": result["virtual_size"],
             "keys": {}, "snapshot": False, "hash": ZERO, "dp": None,
             "description": op["args"]["description"]}
+        _born(model, result["key"])
     elif kind in ("snapshot", "clone"):
         src = vdis[key]
         vdis[result["key"]] = {
             "name": src["name"], "size": src["size"], "keys": {},
             "snapshot": kind == "snapshot", "hash": src["hash"], "dp": None,
             "description": src["description"]}
+        _born(model, result["key"])
     elif kind == "destroy":
         vdis.pop(key, None)
     elif kind == "resize":
@@ -318,7 +333,7 @@ def burst(host, rnd, deadline):
     while time.monotonic() < deadline:
         count += 1
         vdis = model["vdis"]
-        keys = sorted(vdis)
+        keys = ordered(vdis)
         live = [k for k in keys if not vdis[k]["snapshot"]]
         free = [k for k in keys if vdis[k]["dp"] is None]
         with_dp = [k for k in keys if vdis[k]["dp"] is not None]
@@ -522,7 +537,9 @@ def check(host, rnd, records, sitelib):
     if sr != m0["sr"]:
         host.problem("SR.attach answered %r, not %r" % (sr, m0["sr"]))
     host.sr = sr
-    book.call("SR.stat", sr=sr)
+    health = book.call("SR.stat", sr=sr).get("health")
+    if not health or health[0] != "Healthy":
+        host.problem("SR.stat after the reboot: health %r" % (health,))
     listed = dict((v["key"], v) for v in book.call("SR.ls", sr=sr))
 
     # m1: the model had the call in flight returned
@@ -552,6 +569,9 @@ def check(host, rnd, records, sitelib):
         whole = [w for w in (want0, want1)
                  if dict((f, w[f]) for f in got) == got]
         if not whole:
+            host.problem("VDI %s is neither as xapi knew it nor as the call "
+                         "in flight would leave it (never half): %r" % (
+                             key, got))
             for f in ("name", "size", "keys", "snapshot"):
                 if got[f] != want0[f] and got[f] != want1[f]:
                     host.problem("VDI %s: %s is %r, xapi knew %r%s" % (
@@ -565,7 +585,7 @@ def check(host, rnd, records, sitelib):
                 host.problem("VDI %s is smaller than its last resize" % key)
         mine = model["vdis"].setdefault(key, copy.deepcopy(want0))
         mine.update(got)
-    for key in sorted(set(listed) - set(m0["vdis"])):
+    for key in sorted(set(listed) - set(m0["vdis"])):   # one, at most
         vol = listed[key]
         if kind in ("create", "snapshot", "clone") and \
                 not _adopt(host, model, inflight, vol):
@@ -583,7 +603,7 @@ def check(host, rnd, records, sitelib):
                    at_rest=False)
 
     # the datapath: every VDI attached at the cut, again
-    again = [k for k in sorted(model["vdis"])
+    again = [k for k in ordered(model["vdis"])
              if model["vdis"][k]["dp"] is not None]
     if inflight and inflight["op"] in ("open", "attach") and \
             inflight["key"] in model["vdis"] and \
@@ -602,7 +622,7 @@ def check(host, rnd, records, sitelib):
     for key in again:
         restart(host, model, key, fresh=False)
     # a few others: their data (snapshots first)
-    others = [k for k in sorted(model["vdis"]) if k not in again and
+    others = [k for k in ordered(model["vdis"]) if k not in again and
               model["vdis"][k]["hash"] is not None]
     rnd.shuffle(others)
     others.sort(key=lambda k: not model["vdis"][k]["snapshot"])
@@ -617,10 +637,12 @@ def _adopt(host, model, op, vol):
     """A VDI the create (snapshot, clone) in flight made: it must be
     complete; xapi's scan introduces it."""
     src = model["vdis"].get(op.get("key"))
-    want = {"create": (op["args"].get("name"), False),
-            "snapshot": (src and src["name"], True),
-            "clone": (src and src["name"], False)}[op["op"]]
-    got = (vol["name"], not vol["read_write"])
+    want = {"create": (op["args"].get("name"), False,
+                       op["args"].get("size")),
+            "snapshot": (src and src["name"], True, src and src["size"]),
+            "clone": (src and src["name"], False, src and src["size"])
+            }[op["op"]]
+    got = (vol["name"], not vol["read_write"], vol["virtual_size"])
     if got != want or vol["keys"]:
         host.problem("VDI %s, made by the %s in flight, is not whole: %r "
                      "(want %r, no keys)" % (vol["key"], op["op"], vol,
@@ -633,6 +655,7 @@ def _adopt(host, model, op, vol):
         "snapshot": not vol["read_write"], "dp": None,
         "description": vol["description"],
         "hash": ZERO if op["op"] == "create" else (src or {}).get("hash")}
+    _born(model, vol["key"])
     return True
 
 
