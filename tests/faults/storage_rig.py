@@ -72,8 +72,10 @@ WEDGED = ""
 def kernel_stack(pid):
     try:
         with open("/proc/%d/stack" % pid) as f:
-            return " < ".join(line.split()[-1].split("+")[0]
-                              for line in f.read().splitlines()[:8])
+            # "[<0>] txg_wait_synced+0x10/0x40 [zfs]": the function
+            return " < ".join(line.split()[1].split("+")[0]
+                              for line in f.read().splitlines()[:8]
+                              if len(line.split()) > 1)
     except (IOError, OSError, IndexError):
         return "?"
 

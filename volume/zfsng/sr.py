@@ -142,16 +142,17 @@ def pool_health(pool):
 
 
 # zpool status tells the admin to run 'zpool clear' on a suspended pool.
-# On a pool with multihost on (every pool zfs-ng creates) OpenZFS may
-# refuse that clear, or hang it in the kernel for good, and every later
-# zpool command with it (openzfs/zfs issues 19033 and 19036; the fault
-# campaign's disk-loss hung it on OpenZFS 2.3 after the disk came back).
-# A reboot is then the only way out, so the admin hears it first.
+# On a pool with multihost on (every pool zfs-ng creates) OpenZFS does not
+# resume it: in the fault campaign's disk-loss, once the disk was back,
+# 2.1 refused the clear ("invalid argument for this pool operation") and
+# on 2.3 it hung in the kernel for good, and every later zpool command
+# with it (openzfs/zfs issues 19033 and 19036). A reboot is the only way
+# out, so the admin hears it first.
 SUSPENDED_MULTIHOST = (
-    "The pool has multihost on: OpenZFS may never finish 'zpool clear' on "
-    "it (the command and every later zpool command hang: openzfs/zfs "
-    "issues 19033, 19036). Reconnect the disks and reboot the host; "
-    "plugging the SR in again imports the pool.")
+    "The pool has multihost on: OpenZFS does not resume it with 'zpool "
+    "clear' (2.1 refuses it, later versions may hang it and every later "
+    "zpool command: openzfs/zfs issues 19033, 19036). Reconnect the disks "
+    "and reboot the host; plugging the SR in again imports the pool.")
 
 
 def health(pool):
