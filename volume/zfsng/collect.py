@@ -10,7 +10,9 @@ What it frees (the kinds are ``meta``'s):
   gone), and one that lost its deferred-destroy mark (a crash between
   ``zfs clone`` and ``zfs destroy -d``) gets it back;
 - a datapath clone no state file of this host uses (``sweep_clones``: the
-  datapath passes the clones its state files name).
+  datapath passes the clones its state files name);
+- a clone a host crash cut before its properties (``meta.is_unmarked_clone``:
+  its Volume.clone never returned).
 Snapshots destroyed deferred are freed by ZFS itself with their last clone.
 
 The volume plugin runs ``collect`` at SR.attach and at Volume.destroy
@@ -32,6 +34,8 @@ def garbage(rows):
         if meta.is_hidden(row) and \
                 not meta.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
+        elif meta.is_unmarked_clone(row):
+            actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and not meta.clones_of(row):
             actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and row.get("defer_destroy") != "on":
@@ -41,8 +45,8 @@ def garbage(rows):
 
 def needed(rows):
     """Whether the SR holds anything collect may have to free."""
-    return any(meta.is_hidden(r) or (meta.is_internal(r) and
-                                     r.get("defer_destroy") != "on")
+    return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
+               (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)
 
 

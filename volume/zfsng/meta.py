@@ -311,6 +311,28 @@ def uri_dataset(row):
     return vdi_dataset(row["name"].rsplit("/", 1)[0], row[VDI_UUID])
 
 
+def is_unmarked_clone(row):
+    """A clone Volume.clone was making when the host died: ZFS makes a
+    clone and sets the properties given with it (``zfs clone -o``) in two
+    transaction groups (zfs_ioc_clone), so a power cut between them
+    leaves a zvol <sr>/<uuid> without any of zfs-ng's properties. Its
+    Volume.clone never returned, so xapi never knew it; it keeps its
+    origin (a snapshot VDI, or an internal snapshot) alive, and with it
+    that VDI's parent, for ever. Known by its uuid name directly under
+    the SR, no ``vdi`` value, an origin that is a zfs-ng snapshot of a zvol
+    of the SR named by a uuid (a VDI's, or @zfsng-clone-<its own uuid>),
+    and no data of its own (usedds 0): destroying it loses nothing."""
+    if row["type"] != "volume" or row.get(VDI_UUID) or \
+            row.get("usedds") != "0":
+        return False
+    sr, _, last = row["name"].rpartition("/")
+    origin = row.get("origin") or ""
+    head, _, snap = origin.partition("@")
+    return names.is_uuid(last) and head.rsplit("/", 1)[0] == sr and \
+        names.is_uuid(head.rsplit("/", 1)[-1]) and \
+        (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last)
+
+
 def is_foreign(row):
     """A snapshot zfs-ng did not take (an admin's): never touched."""
     name = object_uuid(row["name"])
@@ -342,7 +364,7 @@ def made_by_zfsng(row, sr):
         return False
     if row["type"] == "volume":
         if names.is_uuid(last):
-            return bool(row.get(VDI_UUID))
+            return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
             row.get(DATAPATH_CLONE) is not None
