@@ -209,7 +209,7 @@ FAULT_CUTS       ?= 20
 FAULT_QUICK_CUTS ?= 2
 FAULT_ARGS       ?=
 QUICK_2.1        := --quick --scenarios mirror-loss,pool-full
-QUICK_2.3        := --quick --scenarios disk-loss,slow-disk
+QUICK_2.3        := --quick --scenarios slow-disk,disk-loss
 
 faults:
 	rm -rf $(FAULTS_OUT)

@@ -53,7 +53,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--scenarios", default=",".join(sorted(SCENARIOS)))
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help="run in the order given (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()

@@ -22,6 +22,7 @@ happens, the scenario ends by healing its maps and blanking the disks.
                  or fail typed, and nothing is left half-done
 """
 
+import collections
 import random
 import subprocess
 import time
@@ -940,9 +941,11 @@ def _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone):
     status_clean(book, scene.pool, "after the slow disk")
 
 
-SCENARIOS = {
-    "mirror-loss": mirror_loss,
-    "disk-loss": disk_loss,
-    "pool-full": pool_full,
-    "slow-disk": slow_disk,
-}
+# In the order they run by default: disk-loss last, since a multihost pool
+# OpenZFS cannot resume blocks every later zpool command until a reboot.
+SCENARIOS = collections.OrderedDict([
+    ("mirror-loss", mirror_loss),
+    ("pool-full", pool_full),
+    ("slow-disk", slow_disk),
+    ("disk-loss", disk_loss),
+])
