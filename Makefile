@@ -150,7 +150,8 @@ test-protocol-py36: $(VPY36)
 
 lint-py36: $(VPY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
-	    tests/integration tests/demo.py tests/bench tests/plugin_client.py
+	    tests/integration tests/demo.py tests/bench tests/plugin_client.py \
+	    tests/faults/powercut.py tests/faults/report.py
 
 test-guest-2.1:
 	bash $(GUEST) --zfs 2.1 --timeout 4500 -- make guest-tests
