@@ -38,6 +38,17 @@ def version(directory):
     return os.path.basename(os.path.normpath(directory))
 
 
+def faults_of(result):
+    """What was injected: the scenario's faults; for a power cut (its
+    ``cut``: the burst's call in flight), the cut itself."""
+    cut = result.get("cut")
+    if result["faults"] or not cut:
+        return result["faults"]
+    flight = cut.get("in_flight") or {}
+    return ["power cut %.0f s into the burst, %s in flight" % (
+        cut.get("delay", 0), flight.get("method", "no call"))]
+
+
 def lost_count(result):
     lost = result["lost"]
     return len(lost["vdis"]) + len(lost["keys"]) + lost["bytes"]
@@ -100,7 +111,8 @@ def section(directory):
         bad += problems + sum(lost_count(r) for r in runs)
         lines.append("| %s | %d | %d | %d | %s | %d | %d / %d / %d | %d | "
                      "%.1f |" % (
-                         name, len(runs), sum(len(r["faults"]) for r in runs),
+                         name, len(runs),
+                         sum(len(faults_of(r)) for r in runs),
                          calls, counts_text(merge_counts(
                              r["errors"] for r in runs)),
                          sum(r["hashes_checked"] for r in runs), lost[0],
@@ -115,9 +127,10 @@ def section(directory):
             if "iteration" in r:
                 label += ", iteration %s" % r["iteration"]
             lines.append("- **%s** (%.0f s): %s" % (
-                label, r["seconds"], "; ".join(r["faults"]) or "no fault"))
+                label, r["seconds"], "; ".join(faults_of(r)) or "no fault"))
             for text in r["notes"]:
-                lines.append("  - %s" % text)
+                if not text.startswith("cut: "):   # said by faults_of
+                    lines.append("  - %s" % text.splitlines()[0][:300])
             for text in r["problems"]:
                 lines.append("  - **problem:** %s" % text.splitlines()[0])
         lines.append("")
