@@ -144,7 +144,10 @@ class Run(object):
         args = json.loads(json.dumps(args))
         start = len(self.recorder.records)
         try:
-            result = wire.call(method, args, self.handlers)
+            # the result as xapi reads it: the JSON the wire writes (a
+            # LongString, list_changed_blocks' bitmap, goes in pieces)
+            result = json.loads(b"".join(wire.dump(wire.call(
+                method, args, self.handlers))).decode("utf-8"))
             outcome = ("ok", result)
         except errors.StorageError as exc:
             result = None
