@@ -43,8 +43,8 @@ SLACK = 60.0    # seconds a call may take beyond its bounds under TCG
 
 
 class Scene(object):
-    """One scenario's pool, SR and fake xe; close() leaves the disks
-    blank whatever happened."""
+    """One scenario's pool, SR and fake xe; ``with Scene(...) as scene``
+    (or close()) leaves the disks blank whatever happened."""
 
     def __init__(self, book, rnd, pool, disks_needed):
         self.book, self.rnd, self.pool = book, rnd, pool
@@ -90,6 +90,12 @@ class Scene(object):
     def listed(self):
         return dict((v["key"], v) for v in
                     self.book.call("SR.ls", sr=self.sr))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
     def close(self):
         for writer in self.writers:
@@ -164,11 +170,8 @@ def scrub(book, pool, what):
 # --- mirror-loss --------------------------------------------------------------
 
 def mirror_loss(book, rnd, quick):
-    scene = Scene(book, rnd, "fmirror", 3)
-    try:
+    with Scene(book, rnd, "fmirror", 3) as scene:
         _mirror_loss(book, rnd, quick, scene)
-    finally:
-        scene.close()
 
 
 def _mirror_loss(book, rnd, quick, scene):
@@ -338,12 +341,9 @@ def disk_loss(book, rnd, quick):
     _heal_by_clear), and then no zpool command works until a reboot."""
     kinds = ["adopted"] if quick else ["adopted", "multihost"]
     for kind in kinds:
-        scene = Scene(book, rnd, "fadopt" if kind == "adopted" else "fdisk",
-                      1)
-        try:
+        with Scene(book, rnd, "fadopt" if kind == "adopted" else "fdisk",
+                   1) as scene:
             _disk_loss(book, rnd, quick, scene, kind)
-        finally:
-            scene.close()
 
 
 def _disk_loss(book, rnd, quick, scene, kind):
@@ -488,21 +488,7 @@ def _disk_loss(book, rnd, quick, scene, kind):
                     "SR.stat after the heal: %s" % answer["health"])
         book.note("SR.stat after the heal: %s" % answer["health"])
     listed = scene.listed()
-    for key, want in sorted(model.items()):
-        got = listed.get(key)
-        if got is None:
-            book.lost_vdi(key)
-            continue
-        for k, v in want["keys"].items():
-            if got["keys"].get(k) != v:
-                book.lost_key(key, k)
-        book.expect(got["keys"] == want["keys"], "VDI %s keys %s, want %s"
-                    % (key, got["keys"], want["keys"]))
-        book.expect(got["name"] == want["name"], "VDI %s is named %r, "
-                    "want %r" % (key, got["name"], want["name"]))
-        book.expect(got["virtual_size"] == want["size"],
-                    "VDI %s is %d bytes, want %d" % (
-                        key, got["virtual_size"], want["size"]))
+    _check_model(book, model, listed, "after the heal")
     extra = sorted(set(listed) - set(model))
     book.expect(not extra, "VDIs made by calls that failed are listed: %s"
                 % [(k, listed[k]["name"]) for k in extra])
@@ -555,11 +541,8 @@ POOL_MIB = 256      # the small pool: a map over the first MiBs of a disk
 
 
 def pool_full(book, rnd, quick):
-    scene = Scene(book, rnd, "ffull", 1)
-    try:
+    with Scene(book, rnd, "ffull", 1) as scene:
         _pool_full(book, rnd, quick, scene)
-    finally:
-        scene.close()
 
 
 class Filler(object):
@@ -789,11 +772,8 @@ SLOW_LOCK = 10    # ZFSNG_LOCK_WAIT
 
 
 def slow_disk(book, rnd, quick):
-    scene = Scene(book, rnd, "fslow", 1)
-    try:
+    with Scene(book, rnd, "fslow", 1) as scene:
         _slow_disk(book, rnd, quick, scene)
-    finally:
-        scene.close()
 
 
 def _slow_disk(book, rnd, quick, scene):
