@@ -53,7 +53,8 @@ PROGRAMS = fakezfs.PROGRAMS + faketapctl.PROGRAMS + ("zvol_id",)
 
 class Zfs(fakezfs.FakeZfs):
     """fakezfs plus ``zfs rollback`` (OpenZFS 2.1 zfs_do_rollback: without
-    -r, refused when newer snapshots exist, naming them)."""
+    -r, refused when newer snapshots exist, naming them) and ``zfs
+    promote``."""
 
     def _zfs_rollback(self, argv):
         opts, args = self._getopt(argv, 2, "rRf")
@@ -72,46 +73,6 @@ class Zfs(fakezfs.FakeZfs):
                 % (name, "\n".join(d.name for d in newer)))
         head.refer, head.from_origin = snap.refer, snap.refer
         return ""
-
-    def _zfs_rename(self, argv):
-        """``zfs rename [--] <zvol> <new>`` (its snapshots follow, and the
-        clones' origin names with them) or ``<zvol>@<a> <zvol>@<b>``
-        (OpenZFS 2.1 libzfs zfs_rename: its error texts)."""
-        opts, args = self._getopt(argv, 2, "")
-        if opts or len(args) != 2:
-            raise fakezfs._Unknown()
-        old, new = args
-        pool, ds = self._lookup(old)
-        errprefix = "cannot rename to '%s'" % new
-        if "@" in old:
-            if fakezfs._head(new) != fakezfs._head(old):
-                raise fakezfs.CommandError(
-                    "%s: snapshots must be part of same dataset" % errprefix)
-        elif ds.kind != "volume" or "@" in new:
-            raise fakezfs._Unknown()     # zfs-ng renames zvols only
-        elif fakezfs._parent_name(new) not in pool.datasets:
-            raise fakezfs.CommandError("%s: parent does not exist"
-                                       % errprefix)
-        if new in pool.datasets:
-            raise fakezfs.CommandError("%s: dataset already exists"
-                                       % errprefix)
-        moves = [(old, new)]
-        if "@" not in old:
-            moves += [(d.name, new + d.name[len(old):])
-                      for d in self._snapshots(pool, old)]
-        self._rename_all(pool, moves)
-        return ""
-
-    @staticmethod
-    def _rename_all(pool, moves):
-        renamed = dict(moves)
-        for old, new in moves:
-            ds = pool.datasets.pop(old)
-            ds.name = new
-            pool.datasets[new] = ds
-        for ds in pool.datasets.values():
-            ds.origin = renamed.get(ds.origin, ds.origin)
-            ds.clones = [renamed.get(c, c) for c in ds.clones]
 
     def _zfs_promote(self, argv):
         """``zfs promote <clone>`` (no option, not even "--"): the clone

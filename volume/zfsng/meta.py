@@ -12,7 +12,9 @@ Layout
                ``<parent>/zfsng-<sr uuid>`` under an adopted pool/dataset.
                Marked by a *local* ``PREFIX:sr-uuid`` (user properties are
                inherited, so only the local one marks the SR root).
-  VDI          a zvol ``<sr dataset>/<vdi uuid>``.
+  VDI          a zvol ``<sr dataset>/<vdi uuid>``, made as
+               ``<sr dataset>/<vdi uuid>.new`` and renamed once it has
+               its properties (``is_unfinished_create``).
   snapshot VDI a snapshot ``<sr dataset>/<parent uuid>@<vdi uuid>``.
 
 Every VDI property is set locally on its own zvol or snapshot. Because
@@ -42,6 +44,11 @@ Kinds (see the functions of the same names below)
                  CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
+  unfinished     a zvol a power cut left without its properties or its
+                 final name: ``<sr>/<uuid>.new`` (Volume.create), a clone
+                 ``<sr>/<uuid>`` with no mark (Volume.clone);
+                 the collector frees them (``is_unfinished_create``,
+                 ``is_unmarked_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
                  never changed (``is_foreign``, ``made_by_zfsng``)
 
@@ -333,6 +340,24 @@ def is_unmarked_clone(row):
         (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last)
 
 
+def is_unfinished_create(row):
+    """A zvol Volume.create was making when the host died. ZFS makes a
+    zvol and sets the properties given with ``zfs create -o`` in later
+    transaction groups (zfs_ioc_create: only volsize and volblocksize go
+    with the creation), and a bare zvol <sr>/<uuid> would look like any
+    admin's zvol. So Volume.create makes <sr>/<uuid>.new, and renames it
+    to <sr>/<uuid> (one transaction group) once the properties are set: a
+    zvol by that name is always whole, and one named <sr>/<uuid>.new
+    (no origin, no ``vdi`` value or its own uuid) is one whose create
+    never returned: xapi never knew it, and it holds nothing."""
+    if row["type"] != "volume" or row.get("origin"):
+        return False
+    last = row["name"].rsplit("/", 1)[-1]
+    uuid = last[:-len(CREATE_SUFFIX)]
+    return last.endswith(CREATE_SUFFIX) and names.is_uuid(uuid) and \
+        row.get(VDI_UUID) in (None, uuid)
+
+
 def is_foreign(row):
     """A snapshot zfs-ng did not take (an admin's): never touched."""
     name = object_uuid(row["name"])
@@ -356,7 +381,9 @@ def made_by_zfsng(row, sr):
     parent awaiting collection, a zvol the datapath set aside), a datapath
     clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots,
     snapshots being freed (deferred), internal and reset-point snapshots,
-    and the bookmarks data_destroy leaves, <uuid>#<uuid>. Anything else
+    and the bookmarks data_destroy leaves, <uuid>#<uuid>; and what a power
+    cut left unfinished (``is_unmarked_clone``, ``is_unfinished_create``:
+    the rows need origin and usedds). Anything else
     (filesystems, other zvols, the admin's snapshots and bookmarks) is
     not."""
     parent, _, last = parent_of(row["name"]).rpartition("/")
@@ -365,6 +392,8 @@ def made_by_zfsng(row, sr):
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
+        if is_unfinished_create(row):
+            return True
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
             row.get(DATAPATH_CLONE) is not None
@@ -381,6 +410,9 @@ def made_by_zfsng(row, sr):
 # --- the datapath's datasets ---------------------------------------------------
 
 CLONE_SUFFIX = ".ro"
+# The name Volume.create makes a zvol under, <sr>/<uuid><this>, before its
+# rename to <sr>/<uuid> (is_unfinished_create).
+CREATE_SUFFIX = ".new"
 
 
 def internal_snapshot(zvol, clone_uuid):
@@ -391,6 +423,11 @@ def internal_snapshot(zvol, clone_uuid):
 def reset_point(zvol):
     """A non-persistent VDI's reset point."""
     return "%s@%s" % (zvol, NONPERSISTENT_SNAPSHOT)
+
+
+def creating_name(sr, vdi_uuid):
+    """Where Volume.create makes a VDI's zvol, before it has its name."""
+    return vdi_dataset(sr, vdi_uuid) + CREATE_SUFFIX
 
 
 def clone_name(sr, snapshot_uuid):
