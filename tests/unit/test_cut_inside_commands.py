@@ -8,7 +8,8 @@ fake plays it with ``CutInside`` (crashpoint.py, FakeZfs.cut_next).
 
 Volume.create: a bare <sr>/<uuid> could be an admin's zvol, so the zvol is
 made as <sr>/<uuid>.new and renamed once whole; the collector frees a
-.new a cut left.
+.new a cut left. The datapath's window (a reset's new zvol) is in
+test_datapath.py.
 """
 
 import uuid

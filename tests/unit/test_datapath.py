@@ -36,8 +36,8 @@ import fakezfs  # noqa: E402
 import faketapctl  # noqa: E402
 from conftest import (assert_argv_lists, call, create_sr,  # noqa: E402
                       create_volume)
-from crashpoint import (CrashAfter, CrashAfterCommand, Killed,  # noqa: E402
-                        commands_run, installed)
+from crashpoint import (CrashAfter, CrashAfterCommand,  # noqa: E402
+                        CutInside, Killed, commands_run, installed)
 from xapi_flows import domain_of  # noqa: E402
 
 GiB, MiB = fakezfs.GiB, fakezfs.MiB
@@ -1419,6 +1419,67 @@ def test_every_crash_point_of_a_reset_is_repaired(tmp_path, monkeypatch,
         destroy_all_but(sr, vol)
         assert zfs_all(h, sr) == [sr, dataset_of(vol)], h.calls[-1]
         nothing_left(h)
+
+
+# --- power cuts inside zfs clone -o ------------------------------------------
+#
+# ZFS makes a clone, then sets its -o properties in later transaction groups
+# (zfs_ioc_clone): CutInside leaves it without them and stops there.
+
+def _cut_reset_setup(root, monkeypatch, thick):
+    """_reset_setup, thin or thick, with the SR's stored device-config."""
+    h = _fresh_host(root, monkeypatch)
+    sr, config = create_sr({"device": "/dev/sdb",
+                            "provisioning": "thick" if thick else "thin"})
+    vol = create_volume(sr, size=GiB, name="disk")
+    return (h, sr, config) + rotation_scenario(h, sr, vol)
+
+
+@pytest.mark.parametrize("then", ["Datapath.close", "Datapath.open",
+                                  "Datapath.attach", "Volume.destroy",
+                                  "SR.attach"])
+@pytest.mark.parametrize("thick", [False, True], ids=["thin", "thick"])
+def test_a_reset_cut_inside_its_clone_keeps_the_vdi_and_its_keys(
+        tmp_path, monkeypatch, then, thick):
+    """Step 2 of the rotation cut before the new zvol has the VDI's
+    properties (thick: after its reservation, before the rest). The
+    set-aside zvol stays the VDI, listed under its own URI with its keys;
+    the next datapath call finishes the reset; the collector (SR.attach)
+    may free the bare clone first; a destroy frees everything."""
+    h, sr, config, vol, snap, clone, keep = _cut_reset_setup(
+        tmp_path / "h", monkeypatch, thick)
+    cut = CutInside(h, h.zfs, ["zfs", "clone"],
+                    keep=("refreservation",) if thick else ())
+    with installed(cut):
+        with pytest.raises(Killed):
+            dp("Datapath.close", uri=uri_of(vol))
+    assert h.zfs.exists(dataset_of(vol))
+    assert meta.VDI_UUID not in h.zfs.local_props(dataset_of(vol))
+    listed = dict((v["key"], v) for v in call("SR.ls", sr=sr))
+    assert sorted(listed) == sorted(keep)
+    assert uri_of(listed[vol["key"]]) == uri_of(vol)
+    assert listed[vol["key"]]["keys"] == {"vdi-type": "user"}
+    assert stat(sr, vol)["keys"] == {"vdi-type": "user"}
+    if then == "Volume.destroy":
+        call("Volume.destroy", sr=sr, key=vol["key"])
+        destroy_all_but(sr, vol)
+        assert zfs_all(h, sr) == [sr]
+        return
+    if then == "SR.attach":             # the collector frees the bare clone
+        call("SR.attach", configuration=config)
+        assert not h.zfs.exists(dataset_of(vol))
+        assert stat(sr, vol)["keys"] == {"vdi-type": "user"}
+    elif then == "Datapath.open":
+        dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    elif then == "Datapath.attach":
+        full_cycle(uri_of(vol), DOM0)
+    dp("Datapath.close", uri=uri_of(vol))
+    check_kept(h, sr, vol, keep)
+    if thick:
+        assert h.zfs.local_props(dataset_of(vol))["refreservation"] != "none"
+    destroy_all_but(sr, vol)
+    assert zfs_all(h, sr) == [sr, dataset_of(vol)]
+    nothing_left(h)
 
 
 # --- faketapctl behaves as tap-ctl ------------------------------------------

@@ -46,7 +46,8 @@ Kinds (see the functions of the same names below)
                  for the live disk, destroyed by it (``is_internal``)
   unfinished     a zvol a power cut left without its properties or its
                  final name: ``<sr>/<uuid>.new`` (Volume.create), a clone
-                 ``<sr>/<uuid>`` with no mark (Volume.clone);
+                 ``<sr>/<uuid>`` with no mark (Volume.clone,
+                 a reset's rotation);
                  the collector frees them (``is_unfinished_create``,
                  ``is_unmarked_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
@@ -292,19 +293,25 @@ def is_stand_in(row, present):
     the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
     that VDI (listed, found, snapshotted, destroyed as it), under the
     VDI's own URI, which the datapath repairs first: xapi never loses the
-    VDI. present: the names the listing holds."""
+    VDI. A zvol by the VDI's name that is only the rotation's new clone
+    cut before its properties (``is_unmarked_clone`` of this reset point:
+    a power cut inside step 2) is no VDI yet either, so the set-aside zvol
+    stays the VDI. present: the listing's rows by name."""
     vdi = row.get(VDI_UUID) or ""
-    return row["type"] == "volume" and names.is_uuid(vdi) and \
-        vdi != object_uuid(row["name"]) and \
-        vdi_dataset(row["name"].rsplit("/", 1)[0], vdi) not in present and \
-        reset_point(row["name"]) in present
+    if row["type"] != "volume" or not names.is_uuid(vdi) or \
+            vdi == object_uuid(row["name"]) or \
+            reset_point(row["name"]) not in present:
+        return False
+    named = present.get(vdi_dataset(row["name"].rsplit("/", 1)[0], vdi))
+    return named is None or (is_unmarked_clone(named) and
+                             named.get("origin") == reset_point(row["name"]))
 
 
 def vdi_rows(rows):
     """The rows of rows that are VDIs (stand-ins included). A
     data-destroyed VDI's zvol is one once its snapshot is not: between
     the two commands of data_destroy, the snapshot is the VDI."""
-    present = set(r["name"] for r in rows)
+    present = dict((r["name"], r) for r in rows)
     snapshots = set(r["name"] for r in rows if is_snapshot(r) and is_vdi(r))
     return [r for r in rows if (is_vdi(r) and not (
         is_data_destroyed(r) and bookmarked_snapshot(r) in snapshots))
@@ -319,16 +326,22 @@ def uri_dataset(row):
 
 
 def is_unmarked_clone(row):
-    """A clone Volume.clone was making when the host died: ZFS makes a
-    clone and sets the properties given with it (``zfs clone -o``) in two
-    transaction groups (zfs_ioc_clone), so a power cut between them
-    leaves a zvol <sr>/<uuid> without any of zfs-ng's properties. Its
-    Volume.clone never returned, so xapi never knew it; it keeps its
-    origin (a snapshot VDI, or an internal snapshot) alive, and with it
-    that VDI's parent, for ever. Known by its uuid name directly under
-    the SR, no ``vdi`` value, an origin that is a zfs-ng snapshot of a zvol
-    of the SR named by a uuid (a VDI's, or @zfsng-clone-<its own uuid>),
-    and no data of its own (usedds 0): destroying it loses nothing."""
+    """A clone zfs-ng was making when the host died: ZFS makes a clone
+    and sets the properties given with it (``zfs clone -o``) in later
+    transaction groups (zfs_ioc_clone), so a power cut between them leaves
+    a zvol <sr>/<uuid> without any of zfs-ng's properties. Two calls make
+    one:
+    - Volume.clone: of a snapshot VDI or of @zfsng-clone-<its own uuid>.
+      The call never returned, so xapi never knew it; it keeps its origin
+      alive, and that VDI's parent, for ever;
+    - a reset's rotation, step 2 (zfsng_datapath/reset.py): of
+      <sr>/<other uuid>@zfsng-nonpersistent. The set-aside zvol still
+      carries the VDI (``is_stand_in``); without this clone it is back at
+      S1, which the datapath finishes.
+    Known by its uuid name directly under the SR, no ``vdi`` value, the
+    origin a zfs-ng snapshot of a uuid-named zvol of the SR, and no data
+    of its own (usedds 0): nothing ever wrote to it, and destroying it
+    loses nothing."""
     if row["type"] != "volume" or row.get(VDI_UUID) or \
             row.get("usedds") != "0":
         return False
@@ -337,7 +350,8 @@ def is_unmarked_clone(row):
     head, _, snap = origin.partition("@")
     return names.is_uuid(last) and head.rsplit("/", 1)[0] == sr and \
         names.is_uuid(head.rsplit("/", 1)[-1]) and \
-        (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last)
+        (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last or
+         snap == NONPERSISTENT_SNAPSHOT)
 
 
 def is_unfinished_create(row):
