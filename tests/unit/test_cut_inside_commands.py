@@ -8,8 +8,8 @@ fake plays it with ``CutInside`` (crashpoint.py, FakeZfs.cut_next).
 
 Volume.create: a bare <sr>/<uuid> could be an admin's zvol, so the zvol is
 made as <sr>/<uuid>.new and renamed once whole; the collector frees a
-.new a cut left. The datapath's window (a reset's new zvol) is in
-test_datapath.py.
+.new a cut left. The datapath's windows (a reset's new zvol, the .ro
+clone of a snapshot VDI) are in test_datapath.py.
 """
 
 import uuid
@@ -128,3 +128,21 @@ def test_what_counts_as_an_unfinished_create():
                   row(new, **{meta.VDI_UUID: meta.HIDDEN}),
                   row(new, type="filesystem")):
         assert not meta.is_unfinished_create(other), other
+
+
+def test_a_datapath_clone_is_unmarked_only_if_the_listing_says_so():
+    """A listing without the DATAPATH_CLONE column cannot prove a .ro
+    clone lost its mark: never taken for garbage."""
+    sr, vol, snap = "tank", str(uuid.uuid4()), str(uuid.uuid4())
+    ro = row(meta.clone_name(sr, snap), origin="%s/%s@%s" % (sr, vol, snap))
+    assert meta.is_unmarked_clone(ro)
+    assert meta.made_by_zfsng(ro, sr)
+    assert not meta.is_unmarked_clone(dict(ro, **{meta.DATAPATH_CLONE:
+                                                  "boot-1"}))
+    without = dict(ro)
+    del without[meta.DATAPATH_CLONE]
+    assert not meta.is_unmarked_clone(without)
+    # of another snapshot than its name says, or written: not ours
+    assert not meta.is_unmarked_clone(dict(
+        ro, origin="%s/%s@%s" % (sr, vol, uuid.uuid4())))
+    assert not meta.is_unmarked_clone(dict(ro, usedds="4096"))

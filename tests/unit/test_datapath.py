@@ -1482,6 +1482,60 @@ def test_a_reset_cut_inside_its_clone_keeps_the_vdi_and_its_keys(
     nothing_left(h)
 
 
+def _cut_ro_clone(host, snap, domain=DOM0):
+    """Datapath.attach of a snapshot VDI cut inside its zfs clone; the
+    host reboots (no state, no tapdisk, a new boot id)."""
+    with installed(CutInside(host, host.zfs, ["zfs", "clone"])):
+        with pytest.raises(Killed):
+            dp("Datapath.attach", uri=uri_of(snap), domain=domain)
+    host.tap.reboot()
+    for name in os.listdir(state.RUN_DIR):
+        os.unlink(os.path.join(state.RUN_DIR, name))
+    host.boot_id.write_text("boot-2\n")
+
+
+def test_a_datapath_clone_cut_before_its_mark_is_marked_by_the_next_attach(
+        host, snap_vdi):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    _cut_ro_clone(host, snap)
+    props = host.zfs.local_props(clone)
+    assert meta.DATAPATH_CLONE not in props and "readonly" not in props
+    result = full_cycle(uri_of(snap), GUEST)
+    assert result["implementations"][1] == [
+        "BlockDevice", {"path": host.link(clone)}]
+    assert len(host.ran("zfs", "clone")) == 1       # the one cut
+    assert not host.zfs.exists(clone)
+    nothing_left(host)
+
+
+def test_a_datapath_clone_cut_before_its_mark_is_freed_by_the_collector(
+        host, snap_vdi):
+    """Not attached again: the snapshot's destroy is deferred by it, and
+    the collector frees it (and the snapshot with it)."""
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    _cut_ro_clone(host, snap)
+    call("Volume.destroy", sr=sr, key=snap["key"])
+    assert not host.zfs.exists(clone)
+    assert zfs_all(host, sr) == [sr, dataset_of(vol)]
+    nothing_left(host)
+
+
+def test_a_written_ro_clone_without_mark_is_not_taken(host, snap_vdi):
+    """A .ro of that snapshot that has data of its own was not made by a
+    cut clone: refused as before, never changed."""
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    host.zfs.admin("zfs clone %s %s" % (dataset_of(snap), clone))
+    host.zfs.write(clone, MiB)
+    with pytest.raises(errors.DatasetExists):
+        dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    call("Volume.destroy", sr=sr, key=vol["key"])      # collects
+    assert host.zfs.exists(clone)
+    assert meta.DATAPATH_CLONE not in host.zfs.local_props(clone)
+
+
 # --- faketapctl behaves as tap-ctl ------------------------------------------
 
 @pytest.fixture

@@ -14,8 +14,9 @@ What it frees (the kinds are ``meta``'s):
 - what a power cut left inside a ``zfs create -o`` or ``zfs clone -o``
   (ZFS sets their properties after making the dataset): a clone without
   its properties (``meta.is_unmarked_clone``: of a Volume.clone that never
-  returned, or of a reset's rotation), and a zvol whose Volume.create
-  never returned (``meta.is_unfinished_create``).
+  returned, of a reset's rotation, or a datapath clone without its mark),
+  and a zvol whose Volume.create never returned
+  (``meta.is_unfinished_create``).
 Snapshots destroyed deferred are freed by ZFS itself with their last clone.
 
 The volume plugin runs ``collect`` at SR.attach and at Volume.destroy

@@ -46,8 +46,8 @@ Kinds (see the functions of the same names below)
                  for the live disk, destroyed by it (``is_internal``)
   unfinished     a zvol a power cut left without its properties or its
                  final name: ``<sr>/<uuid>.new`` (Volume.create), a clone
-                 ``<sr>/<uuid>`` with no mark (Volume.clone,
-                 a reset's rotation);
+                 ``<sr>/<uuid>`` or ``<sr>/<uuid>.ro`` with no mark
+                 (Volume.clone, a reset's rotation, the datapath's clone);
                  the collector frees them (``is_unfinished_create``,
                  ``is_unmarked_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
@@ -121,7 +121,7 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
-                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK]
+                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -329,27 +329,37 @@ def is_unmarked_clone(row):
     """A clone zfs-ng was making when the host died: ZFS makes a clone
     and sets the properties given with it (``zfs clone -o``) in later
     transaction groups (zfs_ioc_clone), so a power cut between them leaves
-    a zvol <sr>/<uuid> without any of zfs-ng's properties. Two calls make
-    one:
-    - Volume.clone: of a snapshot VDI or of @zfsng-clone-<its own uuid>.
-      The call never returned, so xapi never knew it; it keeps its origin
-      alive, and that VDI's parent, for ever;
-    - a reset's rotation, step 2 (zfsng_datapath/reset.py): of
-      <sr>/<other uuid>@zfsng-nonpersistent. The set-aside zvol still
+    the clone without any of zfs-ng's properties. Three calls make one:
+    - Volume.clone: <sr>/<uuid>, of a snapshot VDI or of
+      @zfsng-clone-<its own uuid>. The call never returned, so xapi never
+      knew it; it keeps its origin alive, and that VDI's parent, for ever;
+    - a reset's rotation, step 2 (zfsng_datapath/reset.py): <sr>/<uuid>,
+      of <sr>/<other uuid>@zfsng-nonpersistent. The set-aside zvol still
       carries the VDI (``is_stand_in``); without this clone it is back at
-      S1, which the datapath finishes.
-    Known by its uuid name directly under the SR, no ``vdi`` value, the
-    origin a zfs-ng snapshot of a uuid-named zvol of the SR, and no data
-    of its own (usedds 0): nothing ever wrote to it, and destroying it
-    loses nothing."""
+      S1, which the datapath finishes;
+    - the datapath's clone of a snapshot VDI, <sr>/<snapshot uuid>.ro, of
+      <sr>/<uuid>@<snapshot uuid>, without DATAPATH_CLONE (so no sweep
+      finds it, and the next attach finds its name taken). It is made
+      under the SR lock and handed out only once marked, so no attach
+      uses it; the datapath's next attach of the snapshot marks it.
+    Known by those names directly under the SR, no ``vdi`` value, no
+    datapath mark (a row without the DATAPATH_CLONE column cannot prove a
+    .ro unmarked), the origin a zfs-ng snapshot of a uuid-named zvol of
+    the SR, and no data of its own (usedds 0): nothing ever wrote to it,
+    and destroying it loses nothing."""
     if row["type"] != "volume" or row.get(VDI_UUID) or \
-            row.get("usedds") != "0":
+            row.get(DATAPATH_CLONE) or row.get("usedds") != "0":
         return False
     sr, _, last = row["name"].rpartition("/")
     origin = row.get("origin") or ""
     head, _, snap = origin.partition("@")
-    return names.is_uuid(last) and head.rsplit("/", 1)[0] == sr and \
-        names.is_uuid(head.rsplit("/", 1)[-1]) and \
+    if head.rsplit("/", 1)[0] != sr or \
+            not names.is_uuid(head.rsplit("/", 1)[-1]):
+        return False
+    if last.endswith(CLONE_SUFFIX):
+        return DATAPATH_CLONE in row and names.is_uuid(snap) and \
+            last == snap + CLONE_SUFFIX
+    return names.is_uuid(last) and \
         (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last or
          snap == NONPERSISTENT_SNAPSHOT)
 
@@ -397,7 +407,7 @@ def made_by_zfsng(row, sr):
     snapshots being freed (deferred), internal and reset-point snapshots,
     and the bookmarks data_destroy leaves, <uuid>#<uuid>; and what a power
     cut left unfinished (``is_unmarked_clone``, ``is_unfinished_create``:
-    the rows need origin and usedds). Anything else
+    the rows need origin, usedds and DATAPATH_CLONE). Anything else
     (filesystems, other zvols, the admin's snapshots and bookmarks) is
     not."""
     parent, _, last = parent_of(row["name"]).rpartition("/")
@@ -406,7 +416,7 @@ def made_by_zfsng(row, sr):
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
-        if is_unfinished_create(row):
+        if is_unmarked_clone(row) or is_unfinished_create(row):
             return True
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
