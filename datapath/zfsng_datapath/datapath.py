@@ -45,6 +45,11 @@ detach, open or close in that SR, and the volume plugin's collector then
 frees what it kept alive (a hidden parent). The clone is named after the
 snapshot's uuid alone, and a state file is found by it too: a reset moves a
 snapshot to another zvol (reset.py), which changes its URI, not its clone.
+ZFS sets the -o properties of ``zfs clone`` after making the clone
+(zfs_ioc_clone): a power cut between leaves it without ``readonly`` and
+its mark, which no sweep looks for. The next attach of that snapshot marks
+it and uses it; until then the volume plugin's collector may free it
+(zfsng.meta.is_unmarked_clone).
 
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
@@ -98,7 +103,8 @@ def _is_our_clone(row, target):
     return meta.is_clone_of(row, target.sr, target.snapshot)
 
 
-_CLONE_COLUMNS = ["name", "type", "origin", meta.DATAPATH_CLONE]
+_CLONE_COLUMNS = ["name", "type", "origin", "usedds", meta.VDI_UUID,
+                  meta.DATAPATH_CLONE]
 
 
 def _ensure_clone(target):
@@ -107,6 +113,13 @@ def _ensure_clone(target):
     name = clone_name(target)
     boot = _boot_id()
     row = _row(name, _CLONE_COLUMNS)
+    if row is not None and meta.is_unmarked_clone(row):
+        # a power cut inside our zfs clone: made, never marked nor used
+        log.warning("%s: a power cut left it without its properties: "
+                    "marked as this boot's clone of %s", name,
+                    target.dataset)
+        zfs.set_props(name, {"readonly": "on", meta.DATAPATH_CLONE: boot})
+        return name, True
     if row is not None:
         if not _is_our_clone(row, target):
             raise errors.DatasetExists(

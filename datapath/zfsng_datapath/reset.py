@@ -46,6 +46,14 @@ of the VDI (``repair``, ``_pending``) finishes what it finds:
      another name, with its reset point: go on from 2. Meanwhile the volume
      plugin lists A as the VDI (zfsng.volume, "stand-in"), with the VDI's
      own URI, so xapi never loses it, and can stat and start it;
+  S2' inside 2: ZFS makes the clone and sets its -o properties in later
+     transaction groups (zfs_ioc_clone), so a power cut can leave <vol> a
+     clone of A@zfsng-nonpersistent without any of the VDI's properties.
+     A still carries the VDI and stays its stand-in (zfsng.meta.is_stand_in
+     and is_unmarked_clone: the volume plugin lists A, and its collector
+     may destroy that clone). The repair destroys it (nothing wrote to it:
+     nothing is attached before the repair) and is back at S1; it never
+     hides A before <vol> carries the VDI, so the keys are never lost;
   S2 after 2, S3 after 3: <vol> is a clone of A@zfsng-nonpersistent: go on
      from 3 (hide A if not yet) and 4;
   S4 after 4: <vol>@zfsng-nonpersistent has a clone: step 5; the reset is
@@ -62,6 +70,8 @@ from zfsng_datapath.errors import NonpersistentResetBlocked
 
 _VDI_PROPS = [meta.VDI_UUID, meta.VDI_NAME, meta.VDI_DESCRIPTION,
               meta.VDI_KEYS, meta.VDI_SHARABLE]
+# what meta.is_unmarked_clone reads beyond scope.COLUMNS
+_UNMARKED_COLUMNS = ["usedds", meta.DATAPATH_CLONE]
 
 
 def _key(target):
@@ -196,8 +206,16 @@ def _retire(target, clone):
 # --- crash repair ----------------------------------------------------------
 
 def repair(target, sr_row):
-    """Finish a rotation a crash left at S1, S2 or S3 (S4 is _pending's)."""
-    found = scope.row(target.head)
+    """Finish a rotation a crash left at S1, S2', S2 or S3 (S4 is
+    _pending's)."""
+    found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS)
+    if found is not None and meta.is_unmarked_clone(found) and \
+            found["origin"].endswith("@" + meta.NONPERSISTENT_SNAPSHOT):
+        log.warning("%s: a power cut left it a clone of %s without the "
+                    "VDI's properties: made again", target.head,
+                    found["origin"])
+        zfs.destroy(target.head)
+        found = None
     if found is None:
         aside = _set_aside(target)
         if aside is None:

@@ -487,7 +487,7 @@ def compare_listing(host, listed, model):
 # --- the check after the reboot --------------------------------------------------
 
 def zfs_rows(sr, meta):
-    cols = ["name", "type", "origin", "clones", "defer_destroy",
+    cols = ["name", "type", "origin", "usedds", "clones", "defer_destroy",
             meta.VDI_UUID, meta.DATAPATH_CLONE, meta.CBT_BOOKMARK,
             meta.SR_UUID, meta.SR_OWNER]
     out = sh("zfs", "list", "-Hp", "-t", "all", "-r", "-o", ",".join(cols),
@@ -708,7 +708,7 @@ def judge_datasets(host, sr, meta, collect, when, at_rest):
     attach, no reset pending) no datapath clone, reset point or stand-in
     either."""
     rows = zfs_rows(sr, meta)
-    present = set(r["name"] for r in rows)
+    present = dict((r["name"], r) for r in rows)
     for row in rows:
         if row["name"] == sr:
             if not meta.is_sr_root(sr, row):

@@ -5,7 +5,9 @@ plugin, test_datapath.py for the datapath).
 The seam is the runner: ``CrashAfter`` and ``CrashAfterCommand`` forward
 to the host's runner and, right after the command they wait for completes,
 raise ``Killed``. The command itself did happen: its effect is on the
-host.
+host. ``CutInside`` is a power cut inside one command that ZFS does in
+several transaction groups (``zfs create -o``, ``zfs clone -o``): only its
+first ones happened.
 """
 
 import contextlib
@@ -67,6 +69,22 @@ class CrashAfterCommand(CrashAfter):
         if argv[:len(self.prefix)] == self.prefix:
             self.dead = True
             raise Killed("killed after %r" % (argv,))
+
+
+class CutInside(CrashAfterCommand):
+    """A power cut inside the first command that starts with prefix, a
+    ``zfs create`` or ``zfs clone``: the dataset is made, its -o
+    properties are not (but keep: FakeZfs.cut_next), and nothing runs
+    after it. fake: the FakeZfs behind host."""
+
+    def __init__(self, host, fake, prefix, keep=()):
+        CrashAfterCommand.__init__(self, host, prefix)
+        self.fake, self.keep = fake, keep
+
+    def __call__(self, argv, stdin_text=None):
+        if not self.dead and argv[:len(self.prefix)] == self.prefix:
+            self.fake.cut_next(self.keep)
+        return CrashAfterCommand.__call__(self, argv, stdin_text)
 
 
 @contextlib.contextmanager

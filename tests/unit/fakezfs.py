@@ -304,6 +304,8 @@ class FakeZfs(object):
         # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).
         self.user_value_cap = None
         self._sending = None        # zfs send's stream while it runs
+        # A power cut inside the next zfs create or zfs clone (cut_next).
+        self.cut_props = None
 
     @classmethod
     def with_disks(cls):
@@ -458,6 +460,26 @@ class FakeZfs(object):
         return dict(self.dataset(name).props)
 
     # --- test set-up ---------------------------------------------------------
+
+    def cut_next(self, keep=()):
+        """The next ``zfs create`` or ``zfs clone`` stops where a power cut
+        can stop it: ZFS makes the dataset in one transaction group and
+        sets the properties given with -o afterwards (zfs_ioc_create,
+        zfs_ioc_clone, then zfs_set_prop_nvlist): the special ones
+        (refreservation) one sync task each, then every other one
+        (readonly, user properties) in one. The dataset is left with its
+        creation's own (a zvol's volsize and volblocksize, a clone's
+        origin) and the -o properties named in keep (the special ones
+        set before the cut), nothing else."""
+        self.cut_props = tuple(keep)
+
+    def _cut(self, props):
+        """props as a cut_next leaves them (all of them without one)."""
+        if self.cut_props is None:
+            return props
+        kept = dict((k, v) for k, v in props.items() if k in self.cut_props)
+        self.cut_props = None
+        return kept
 
     def add_disk(self, path, size=10 * GiB, fs=None, pttype=None,
                  mountpoint="", kind="disk", by_id=None):
@@ -1931,7 +1953,7 @@ class FakeZfs(object):
             if self._too_big(props):
                 raise self._internal_error(errprefix,
                                            "Argument list too long")
-            ds = self._new_dataset(pool, name, kind, props)
+            ds = self._new_dataset(pool, name, kind, self._cut(props))
             ds.refer = FS_BASE
             return ""
         volsize = parse_size(dict(opts)["V"])
@@ -1952,7 +1974,7 @@ class FakeZfs(object):
             raise CommandError("%s: out of space" % errprefix)
         if self._too_big(props):   # created, props refused, destroyed
             raise self._internal_error(errprefix, "Argument list too long")
-        ds = self._new_dataset(pool, name, kind, props)
+        ds = self._new_dataset(pool, name, kind, self._cut(props))
         ds.volsize, ds.volblocksize, ds.refer = volsize, block, VOL_BASE
         return ""
 
@@ -2021,12 +2043,50 @@ class FakeZfs(object):
             raise CommandError("%s: out of space" % errprefix)
         if self._too_big(props):   # zfs_ioc_clone destroys it again
             raise self._internal_error(errprefix, "Argument list too long")
-        ds = self._new_dataset(pool, name, head.kind, props)
+        ds = self._new_dataset(pool, name, head.kind, self._cut(props))
         ds.origin, ds.refer, ds.from_origin = origin, snap.refer, snap.refer
         ds.volsize, ds.volblocksize = snap.volsize, snap.volblocksize
         self._copy_data(snap, ds)
         snap.clones.append(name)
         return ""
+
+    def _zfs_rename(self, argv):
+        """``zfs rename [--] <zvol> <new>`` (its snapshots follow, and the
+        clones' origin names with them) or ``<zvol>@<a> <zvol>@<b>``
+        (OpenZFS 2.1 libzfs zfs_rename: its error texts)."""
+        opts, args = self._getopt(argv, 2, "")
+        if opts or len(args) != 2:
+            raise _Unknown()
+        old, new = args
+        pool, ds = self._lookup(old)
+        errprefix = "cannot rename to '%s'" % new
+        if "@" in old:
+            if _head(new) != _head(old):
+                raise CommandError("%s: snapshots must be part of same "
+                                   "dataset" % errprefix)
+        elif ds.kind != "volume" or "@" in new:
+            raise _Unknown()     # zfs-ng renames zvols only
+        elif _parent_name(new) not in pool.datasets:
+            raise CommandError("%s: parent does not exist" % errprefix)
+        if new in pool.datasets:
+            raise CommandError("%s: dataset already exists" % errprefix)
+        moves = [(old, new)]
+        if "@" not in old:
+            moves += [(d.name, new + d.name[len(old):])
+                      for d in self._snapshots(pool, old)]
+        self._rename_all(pool, moves)
+        return ""
+
+    @staticmethod
+    def _rename_all(pool, moves):
+        renamed = dict(moves)
+        for old, new in moves:
+            ds = pool.datasets.pop(old)
+            ds.name = new
+            pool.datasets[new] = ds
+        for ds in pool.datasets.values():
+            ds.origin = renamed.get(ds.origin, ds.origin)
+            ds.clones = [renamed.get(c, c) for c in ds.clones]
 
     def _zfs_destroy(self, argv):
         opts, args = self._getopt(argv, 2, "rd")

@@ -36,8 +36,8 @@ import fakezfs  # noqa: E402
 import faketapctl  # noqa: E402
 from conftest import (assert_argv_lists, call, create_sr,  # noqa: E402
                       create_volume)
-from crashpoint import (CrashAfter, CrashAfterCommand, Killed,  # noqa: E402
-                        commands_run, installed)
+from crashpoint import (CrashAfter, CrashAfterCommand,  # noqa: E402
+                        CutInside, Killed, commands_run, installed)
 from xapi_flows import domain_of  # noqa: E402
 
 GiB, MiB = fakezfs.GiB, fakezfs.MiB
@@ -53,7 +53,8 @@ PROGRAMS = fakezfs.PROGRAMS + faketapctl.PROGRAMS + ("zvol_id",)
 
 class Zfs(fakezfs.FakeZfs):
     """fakezfs plus ``zfs rollback`` (OpenZFS 2.1 zfs_do_rollback: without
-    -r, refused when newer snapshots exist, naming them)."""
+    -r, refused when newer snapshots exist, naming them) and ``zfs
+    promote``."""
 
     def _zfs_rollback(self, argv):
         opts, args = self._getopt(argv, 2, "rRf")
@@ -72,46 +73,6 @@ class Zfs(fakezfs.FakeZfs):
                 % (name, "\n".join(d.name for d in newer)))
         head.refer, head.from_origin = snap.refer, snap.refer
         return ""
-
-    def _zfs_rename(self, argv):
-        """``zfs rename [--] <zvol> <new>`` (its snapshots follow, and the
-        clones' origin names with them) or ``<zvol>@<a> <zvol>@<b>``
-        (OpenZFS 2.1 libzfs zfs_rename: its error texts)."""
-        opts, args = self._getopt(argv, 2, "")
-        if opts or len(args) != 2:
-            raise fakezfs._Unknown()
-        old, new = args
-        pool, ds = self._lookup(old)
-        errprefix = "cannot rename to '%s'" % new
-        if "@" in old:
-            if fakezfs._head(new) != fakezfs._head(old):
-                raise fakezfs.CommandError(
-                    "%s: snapshots must be part of same dataset" % errprefix)
-        elif ds.kind != "volume" or "@" in new:
-            raise fakezfs._Unknown()     # zfs-ng renames zvols only
-        elif fakezfs._parent_name(new) not in pool.datasets:
-            raise fakezfs.CommandError("%s: parent does not exist"
-                                       % errprefix)
-        if new in pool.datasets:
-            raise fakezfs.CommandError("%s: dataset already exists"
-                                       % errprefix)
-        moves = [(old, new)]
-        if "@" not in old:
-            moves += [(d.name, new + d.name[len(old):])
-                      for d in self._snapshots(pool, old)]
-        self._rename_all(pool, moves)
-        return ""
-
-    @staticmethod
-    def _rename_all(pool, moves):
-        renamed = dict(moves)
-        for old, new in moves:
-            ds = pool.datasets.pop(old)
-            ds.name = new
-            pool.datasets[new] = ds
-        for ds in pool.datasets.values():
-            ds.origin = renamed.get(ds.origin, ds.origin)
-            ds.clones = [renamed.get(c, c) for c in ds.clones]
 
     def _zfs_promote(self, argv):
         """``zfs promote <clone>`` (no option, not even "--"): the clone
@@ -1458,6 +1419,121 @@ def test_every_crash_point_of_a_reset_is_repaired(tmp_path, monkeypatch,
         destroy_all_but(sr, vol)
         assert zfs_all(h, sr) == [sr, dataset_of(vol)], h.calls[-1]
         nothing_left(h)
+
+
+# --- power cuts inside zfs clone -o ------------------------------------------
+#
+# ZFS makes a clone, then sets its -o properties in later transaction groups
+# (zfs_ioc_clone): CutInside leaves it without them and stops there.
+
+def _cut_reset_setup(root, monkeypatch, thick):
+    """_reset_setup, thin or thick, with the SR's stored device-config."""
+    h = _fresh_host(root, monkeypatch)
+    sr, config = create_sr({"device": "/dev/sdb",
+                            "provisioning": "thick" if thick else "thin"})
+    vol = create_volume(sr, size=GiB, name="disk")
+    return (h, sr, config) + rotation_scenario(h, sr, vol)
+
+
+@pytest.mark.parametrize("then", ["Datapath.close", "Datapath.open",
+                                  "Datapath.attach", "Volume.destroy",
+                                  "SR.attach"])
+@pytest.mark.parametrize("thick", [False, True], ids=["thin", "thick"])
+def test_a_reset_cut_inside_its_clone_keeps_the_vdi_and_its_keys(
+        tmp_path, monkeypatch, then, thick):
+    """Step 2 of the rotation cut before the new zvol has the VDI's
+    properties (thick: after its reservation, before the rest). The
+    set-aside zvol stays the VDI, listed under its own URI with its keys;
+    the next datapath call finishes the reset; the collector (SR.attach)
+    may free the bare clone first; a destroy frees everything."""
+    h, sr, config, vol, snap, clone, keep = _cut_reset_setup(
+        tmp_path / "h", monkeypatch, thick)
+    cut = CutInside(h, h.zfs, ["zfs", "clone"],
+                    keep=("refreservation",) if thick else ())
+    with installed(cut):
+        with pytest.raises(Killed):
+            dp("Datapath.close", uri=uri_of(vol))
+    assert h.zfs.exists(dataset_of(vol))
+    assert meta.VDI_UUID not in h.zfs.local_props(dataset_of(vol))
+    listed = dict((v["key"], v) for v in call("SR.ls", sr=sr))
+    assert sorted(listed) == sorted(keep)
+    assert uri_of(listed[vol["key"]]) == uri_of(vol)
+    assert listed[vol["key"]]["keys"] == {"vdi-type": "user"}
+    assert stat(sr, vol)["keys"] == {"vdi-type": "user"}
+    if then == "Volume.destroy":
+        call("Volume.destroy", sr=sr, key=vol["key"])
+        destroy_all_but(sr, vol)
+        assert zfs_all(h, sr) == [sr]
+        return
+    if then == "SR.attach":             # the collector frees the bare clone
+        call("SR.attach", configuration=config)
+        assert not h.zfs.exists(dataset_of(vol))
+        assert stat(sr, vol)["keys"] == {"vdi-type": "user"}
+    elif then == "Datapath.open":
+        dp("Datapath.open", uri=uri_of(vol), persistent=False)
+    elif then == "Datapath.attach":
+        full_cycle(uri_of(vol), DOM0)
+    dp("Datapath.close", uri=uri_of(vol))
+    check_kept(h, sr, vol, keep)
+    if thick:
+        assert h.zfs.local_props(dataset_of(vol))["refreservation"] != "none"
+    destroy_all_but(sr, vol)
+    assert zfs_all(h, sr) == [sr, dataset_of(vol)]
+    nothing_left(h)
+
+
+def _cut_ro_clone(host, snap, domain=DOM0):
+    """Datapath.attach of a snapshot VDI cut inside its zfs clone; the
+    host reboots (no state, no tapdisk, a new boot id)."""
+    with installed(CutInside(host, host.zfs, ["zfs", "clone"])):
+        with pytest.raises(Killed):
+            dp("Datapath.attach", uri=uri_of(snap), domain=domain)
+    host.tap.reboot()
+    for name in os.listdir(state.RUN_DIR):
+        os.unlink(os.path.join(state.RUN_DIR, name))
+    host.boot_id.write_text("boot-2\n")
+
+
+def test_a_datapath_clone_cut_before_its_mark_is_marked_by_the_next_attach(
+        host, snap_vdi):
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    _cut_ro_clone(host, snap)
+    props = host.zfs.local_props(clone)
+    assert meta.DATAPATH_CLONE not in props and "readonly" not in props
+    result = full_cycle(uri_of(snap), GUEST)
+    assert result["implementations"][1] == [
+        "BlockDevice", {"path": host.link(clone)}]
+    assert len(host.ran("zfs", "clone")) == 1       # the one cut
+    assert not host.zfs.exists(clone)
+    nothing_left(host)
+
+
+def test_a_datapath_clone_cut_before_its_mark_is_freed_by_the_collector(
+        host, snap_vdi):
+    """Not attached again: the snapshot's destroy is deferred by it, and
+    the collector frees it (and the snapshot with it)."""
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    _cut_ro_clone(host, snap)
+    call("Volume.destroy", sr=sr, key=snap["key"])
+    assert not host.zfs.exists(clone)
+    assert zfs_all(host, sr) == [sr, dataset_of(vol)]
+    nothing_left(host)
+
+
+def test_a_written_ro_clone_without_mark_is_not_taken(host, snap_vdi):
+    """A .ro of that snapshot that has data of its own was not made by a
+    cut clone: refused as before, never changed."""
+    sr, vol, snap = snap_vdi
+    clone = ro_clone(sr, snap)
+    host.zfs.admin("zfs clone %s %s" % (dataset_of(snap), clone))
+    host.zfs.write(clone, MiB)
+    with pytest.raises(errors.DatasetExists):
+        dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
+    call("Volume.destroy", sr=sr, key=vol["key"])      # collects
+    assert host.zfs.exists(clone)
+    assert meta.DATAPATH_CLONE not in host.zfs.local_props(clone)
 
 
 # --- faketapctl behaves as tap-ctl ------------------------------------------

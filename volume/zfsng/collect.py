@@ -11,8 +11,12 @@ What it frees (the kinds are ``meta``'s):
   ``zfs clone`` and ``zfs destroy -d``) gets it back;
 - a datapath clone no state file of this host uses (``sweep_clones``: the
   datapath passes the clones its state files name);
-- a clone a host crash cut before its properties (``meta.is_unmarked_clone``:
-  its Volume.clone never returned).
+- what a power cut left inside a ``zfs create -o`` or ``zfs clone -o``
+  (ZFS sets their properties after making the dataset): a clone without
+  its properties (``meta.is_unmarked_clone``: of a Volume.clone that never
+  returned, of a reset's rotation, or a datapath clone without its mark),
+  and a zvol whose Volume.create never returned
+  (``meta.is_unfinished_create``).
 Snapshots destroyed deferred are freed by ZFS itself with their last clone.
 
 The volume plugin runs ``collect`` at SR.attach and at Volume.destroy
@@ -34,7 +38,7 @@ def garbage(rows):
         if meta.is_hidden(row) and \
                 not meta.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
-        elif meta.is_unmarked_clone(row):
+        elif meta.is_unmarked_clone(row) or meta.is_unfinished_create(row):
             actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and not meta.clones_of(row):
             actions.append(("destroy", row["name"]))
@@ -46,6 +50,7 @@ def garbage(rows):
 def needed(rows):
     """Whether the SR holds anything collect may have to free."""
     return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
+               meta.is_unfinished_create(r) or
                (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)
 

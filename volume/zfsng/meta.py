@@ -12,7 +12,9 @@ Layout
                ``<parent>/zfsng-<sr uuid>`` under an adopted pool/dataset.
                Marked by a *local* ``PREFIX:sr-uuid`` (user properties are
                inherited, so only the local one marks the SR root).
-  VDI          a zvol ``<sr dataset>/<vdi uuid>``.
+  VDI          a zvol ``<sr dataset>/<vdi uuid>``, made as
+               ``<sr dataset>/<vdi uuid>.new`` and renamed once it has
+               its properties (``is_unfinished_create``).
   snapshot VDI a snapshot ``<sr dataset>/<parent uuid>@<vdi uuid>``.
 
 Every VDI property is set locally on its own zvol or snapshot. Because
@@ -42,6 +44,12 @@ Kinds (see the functions of the same names below)
                  CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
+  unfinished     a zvol a power cut left without its properties or its
+                 final name: ``<sr>/<uuid>.new`` (Volume.create), a clone
+                 ``<sr>/<uuid>`` or ``<sr>/<uuid>.ro`` with no mark
+                 (Volume.clone, a reset's rotation, the datapath's clone);
+                 the collector frees them (``is_unfinished_create``,
+                 ``is_unmarked_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
                  never changed (``is_foreign``, ``made_by_zfsng``)
 
@@ -113,7 +121,7 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
-                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK]
+                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -285,19 +293,25 @@ def is_stand_in(row, present):
     the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
     that VDI (listed, found, snapshotted, destroyed as it), under the
     VDI's own URI, which the datapath repairs first: xapi never loses the
-    VDI. present: the names the listing holds."""
+    VDI. A zvol by the VDI's name that is only the rotation's new clone
+    cut before its properties (``is_unmarked_clone`` of this reset point:
+    a power cut inside step 2) is no VDI yet either, so the set-aside zvol
+    stays the VDI. present: the listing's rows by name."""
     vdi = row.get(VDI_UUID) or ""
-    return row["type"] == "volume" and names.is_uuid(vdi) and \
-        vdi != object_uuid(row["name"]) and \
-        vdi_dataset(row["name"].rsplit("/", 1)[0], vdi) not in present and \
-        reset_point(row["name"]) in present
+    if row["type"] != "volume" or not names.is_uuid(vdi) or \
+            vdi == object_uuid(row["name"]) or \
+            reset_point(row["name"]) not in present:
+        return False
+    named = present.get(vdi_dataset(row["name"].rsplit("/", 1)[0], vdi))
+    return named is None or (is_unmarked_clone(named) and
+                             named.get("origin") == reset_point(row["name"]))
 
 
 def vdi_rows(rows):
     """The rows of rows that are VDIs (stand-ins included). A
     data-destroyed VDI's zvol is one once its snapshot is not: between
     the two commands of data_destroy, the snapshot is the VDI."""
-    present = set(r["name"] for r in rows)
+    present = dict((r["name"], r) for r in rows)
     snapshots = set(r["name"] for r in rows if is_snapshot(r) and is_vdi(r))
     return [r for r in rows if (is_vdi(r) and not (
         is_data_destroyed(r) and bookmarked_snapshot(r) in snapshots))
@@ -312,25 +326,60 @@ def uri_dataset(row):
 
 
 def is_unmarked_clone(row):
-    """A clone Volume.clone was making when the host died: ZFS makes a
-    clone and sets the properties given with it (``zfs clone -o``) in two
-    transaction groups (zfs_ioc_clone), so a power cut between them
-    leaves a zvol <sr>/<uuid> without any of zfs-ng's properties. Its
-    Volume.clone never returned, so xapi never knew it; it keeps its
-    origin (a snapshot VDI, or an internal snapshot) alive, and with it
-    that VDI's parent, for ever. Known by its uuid name directly under
-    the SR, no ``vdi`` value, an origin that is a zfs-ng snapshot of a zvol
-    of the SR named by a uuid (a VDI's, or @zfsng-clone-<its own uuid>),
-    and no data of its own (usedds 0): destroying it loses nothing."""
+    """A clone zfs-ng was making when the host died: ZFS makes a clone
+    and sets the properties given with it (``zfs clone -o``) in later
+    transaction groups (zfs_ioc_clone), so a power cut between them leaves
+    the clone without any of zfs-ng's properties. Three calls make one:
+    - Volume.clone: <sr>/<uuid>, of a snapshot VDI or of
+      @zfsng-clone-<its own uuid>. The call never returned, so xapi never
+      knew it; it keeps its origin alive, and that VDI's parent, for ever;
+    - a reset's rotation, step 2 (zfsng_datapath/reset.py): <sr>/<uuid>,
+      of <sr>/<other uuid>@zfsng-nonpersistent. The set-aside zvol still
+      carries the VDI (``is_stand_in``); without this clone it is back at
+      S1, which the datapath finishes;
+    - the datapath's clone of a snapshot VDI, <sr>/<snapshot uuid>.ro, of
+      <sr>/<uuid>@<snapshot uuid>, without DATAPATH_CLONE (so no sweep
+      finds it, and the next attach finds its name taken). It is made
+      under the SR lock and handed out only once marked, so no attach
+      uses it; the datapath's next attach of the snapshot marks it.
+    Known by those names directly under the SR, no ``vdi`` value, no
+    datapath mark (a row without the DATAPATH_CLONE column cannot prove a
+    .ro unmarked), the origin a zfs-ng snapshot of a uuid-named zvol of
+    the SR, and no data of its own (usedds 0): nothing ever wrote to it,
+    and destroying it loses nothing."""
     if row["type"] != "volume" or row.get(VDI_UUID) or \
-            row.get("usedds") != "0":
+            row.get(DATAPATH_CLONE) or row.get("usedds") != "0":
         return False
     sr, _, last = row["name"].rpartition("/")
     origin = row.get("origin") or ""
     head, _, snap = origin.partition("@")
-    return names.is_uuid(last) and head.rsplit("/", 1)[0] == sr and \
-        names.is_uuid(head.rsplit("/", 1)[-1]) and \
-        (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last)
+    if head.rsplit("/", 1)[0] != sr or \
+            not names.is_uuid(head.rsplit("/", 1)[-1]):
+        return False
+    if last.endswith(CLONE_SUFFIX):
+        return DATAPATH_CLONE in row and names.is_uuid(snap) and \
+            last == snap + CLONE_SUFFIX
+    return names.is_uuid(last) and \
+        (names.is_uuid(snap) or snap == INTERNAL_SNAPSHOT + last or
+         snap == NONPERSISTENT_SNAPSHOT)
+
+
+def is_unfinished_create(row):
+    """A zvol Volume.create was making when the host died. ZFS makes a
+    zvol and sets the properties given with ``zfs create -o`` in later
+    transaction groups (zfs_ioc_create: only volsize and volblocksize go
+    with the creation), and a bare zvol <sr>/<uuid> would look like any
+    admin's zvol. So Volume.create makes <sr>/<uuid>.new, and renames it
+    to <sr>/<uuid> (one transaction group) once the properties are set: a
+    zvol by that name is always whole, and one named <sr>/<uuid>.new
+    (no origin, no ``vdi`` value or its own uuid) is one whose create
+    never returned: xapi never knew it, and it holds nothing."""
+    if row["type"] != "volume" or row.get("origin"):
+        return False
+    last = row["name"].rsplit("/", 1)[-1]
+    uuid = last[:-len(CREATE_SUFFIX)]
+    return last.endswith(CREATE_SUFFIX) and names.is_uuid(uuid) and \
+        row.get(VDI_UUID) in (None, uuid)
 
 
 def is_foreign(row):
@@ -356,7 +405,9 @@ def made_by_zfsng(row, sr):
     parent awaiting collection, a zvol the datapath set aside), a datapath
     clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots,
     snapshots being freed (deferred), internal and reset-point snapshots,
-    and the bookmarks data_destroy leaves, <uuid>#<uuid>. Anything else
+    and the bookmarks data_destroy leaves, <uuid>#<uuid>; and what a power
+    cut left unfinished (``is_unmarked_clone``, ``is_unfinished_create``:
+    the rows need origin, usedds and DATAPATH_CLONE). Anything else
     (filesystems, other zvols, the admin's snapshots and bookmarks) is
     not."""
     parent, _, last = parent_of(row["name"]).rpartition("/")
@@ -365,6 +416,8 @@ def made_by_zfsng(row, sr):
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
+        if is_unmarked_clone(row) or is_unfinished_create(row):
+            return True
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
             row.get(DATAPATH_CLONE) is not None
@@ -381,6 +434,9 @@ def made_by_zfsng(row, sr):
 # --- the datapath's datasets ---------------------------------------------------
 
 CLONE_SUFFIX = ".ro"
+# The name Volume.create makes a zvol under, <sr>/<uuid><this>, before its
+# rename to <sr>/<uuid> (is_unfinished_create).
+CREATE_SUFFIX = ".new"
 
 
 def internal_snapshot(zvol, clone_uuid):
@@ -391,6 +447,11 @@ def internal_snapshot(zvol, clone_uuid):
 def reset_point(zvol):
     """A non-persistent VDI's reset point."""
     return "%s@%s" % (zvol, NONPERSISTENT_SNAPSHOT)
+
+
+def creating_name(sr, vdi_uuid):
+    """Where Volume.create makes a VDI's zvol, before it has its name."""
+    return vdi_dataset(sr, vdi_uuid) + CREATE_SUFFIX
 
 
 def clone_name(sr, snapshot_uuid):

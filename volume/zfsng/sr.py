@@ -574,8 +574,8 @@ def _finish_destroyed(sr):
         cleanup.finish(plan)
 
 
-FOREIGN_COLUMNS = ["name", "type", "defer_destroy", meta.VDI_UUID,
-                   meta.DATAPATH_CLONE]
+FOREIGN_COLUMNS = ["name", "type", "defer_destroy", "origin", "usedds",
+                   meta.VDI_UUID, meta.DATAPATH_CLONE]
 
 
 def other_data(sr):

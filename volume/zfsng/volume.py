@@ -3,6 +3,12 @@
 See ``meta`` for the layout. What is listed is always one ``zfs list`` of
 the SR, whatever the number of VDIs; every change is one ``zfs`` command
 where ZFS allows it, so a crash leaves either the old or the new state.
+ZFS does not allow it for ``zfs create -o`` and ``zfs clone -o``: their
+properties come in later transaction groups, so a power cut can leave the
+dataset without them. Volume.create makes its zvol under a name of its own
+first (``meta.is_unfinished_create``); a clone without properties is known
+by its name and origin (``meta.is_unmarked_clone``); the collector frees
+both.
 
 Dependents. xapi destroys VDIs that ZFS cannot destroy yet: a zvol with
 snapshots, a snapshot with clones. Such objects are hidden, not refused:
@@ -211,7 +217,17 @@ def create(dbg, sr, name, description, size, sharable):
         thin = row[meta.SR_PROVISIONING] != "thick"
         log.info("creating %s (%d bytes, %s)", dataset, size,
                  "thin" if thin else "thick")
-        zfs.create_volume(dataset, rounded, props, sparse=thin)
+        # ZFS sets the -o properties after making the zvol: made under a
+        # name of zfs-ng's, it gets the VDI's name once it is whole
+        # (meta.is_unfinished_create; the collector frees one a power cut
+        # left half-made).
+        creating = meta.creating_name(sr, key)
+        zfs.create_volume(creating, rounded, props, sparse=thin)
+        try:
+            zfs.rename(creating, dataset)
+        except errors.StorageError:
+            _discard(creating)   # a refused create leaves nothing behind
+            raise
         return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
@@ -277,13 +293,13 @@ def clone(dbg, sr, key):
         return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
-def _discard(snapshot):
-    """Destroy a snapshot nothing uses yet; if that fails too, collect
-    removes it later."""
+def _discard(name):
+    """Destroy a snapshot or zvol nothing uses yet; if that fails too,
+    collect removes it later."""
     try:
-        zfs.destroy(snapshot)
+        zfs.destroy(name)
     except errors.ZfsError as exc:
-        log.warning("could not remove %s: %s", snapshot, exc.message)
+        log.warning("could not remove %s: %s", name, exc.message)
 
 
 @wire.method("Volume.destroy")
