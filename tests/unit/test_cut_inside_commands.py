@@ -20,8 +20,8 @@ from zfsng import meta
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr
-from crashpoint import CrashAfter, CutInside, Killed, commands_run, \
-    installed
+from crashpoint import CrashAfter, CrashAfterCommand, CutInside, Killed, \
+    commands_run, installed
 from test_vdi_semantics import (  # noqa: F401 (sr is a fixture)
     GiB, datasets, garbage, listed, sr, vdi_create, vdi_snapshot, zvol)
 
@@ -146,3 +146,49 @@ def test_a_datapath_clone_is_unmarked_only_if_the_listing_says_so():
     assert not meta.is_unmarked_clone(dict(
         ro, origin="%s/%s@%s" % (sr, vol, uuid.uuid4())))
     assert not meta.is_unmarked_clone(dict(ro, usedds="4096"))
+
+
+# --- data_destroy's stub: the same window as Volume.create --------------------
+
+def _tracked_snapshot(sr):
+    key = vdi_create(sr, name="tracked")["key"]
+    call("Volume.enable_cbt", sr=sr, key=key)
+    snap = vdi_snapshot(sr, key)["key"]
+    call("Volume.set", sr=sr, key=snap, k="vdi-type", v="user")
+    return snap
+
+
+def test_a_data_destroy_cut_inside_its_stub_keeps_the_vdi(fake):
+    fake.user_value_cap = None
+    sr, config = create_sr()
+    snap = _tracked_snapshot(sr)
+    before = listed(sr)[snap]
+    with installed(CutInside(fake, fake, ["zfs", "create"])):
+        with pytest.raises(Killed):
+            call("Volume.data_destroy", sr=sr, key=snap)
+    # no bare <sr>/<uuid> a retry would take for the stub: the snapshot
+    # is still the VDI, with everything xapi set on it
+    assert zvol(sr, snap) not in datasets(fake)
+    assert listed(sr)[snap] == before
+    call("SR.attach", configuration=config)        # the PBD plug: collects
+    assert meta.creating_name(sr, snap) not in datasets(fake)
+    assert call("Volume.data_destroy", sr=sr, key=snap) is None  # a retry
+    after = listed(sr)[snap]
+    assert after["read_write"] is False
+    for field in ("name", "description", "keys", "virtual_size"):
+        assert after[field] == before[field], field
+
+
+def test_a_data_destroy_killed_before_its_rename_is_made_again(fake):
+    fake.user_value_cap = None
+    sr, _ = create_sr()
+    snap = _tracked_snapshot(sr)
+    before = listed(sr)[snap]
+    with installed(CrashAfterCommand(fake, ["zfs", "create"])):
+        with pytest.raises(Killed):
+            call("Volume.data_destroy", sr=sr, key=snap)
+    assert meta.creating_name(sr, snap) in datasets(fake)
+    assert listed(sr)[snap] == before        # a whole .new is no VDI yet
+    assert call("Volume.data_destroy", sr=sr, key=snap) is None
+    assert meta.creating_name(sr, snap) not in datasets(fake)
+    assert listed(sr)[snap]["keys"] == before["keys"]

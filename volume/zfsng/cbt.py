@@ -116,7 +116,12 @@ def data_destroy(dbg, sr, key):
 
 def _keep_metadata(sr, rows, row):
     """The bookmark and the empty zvol that stand for the snapshot once
-    its data is gone; either may exist already (a repeated call)."""
+    its data is gone; either may exist already (a repeated call). The zvol
+    is made as Volume.create makes one, under <sr>/<uuid>.new and renamed
+    once whole: ZFS sets the -o properties after making the zvol, and a
+    power cut between must not leave a bare <sr>/<uuid> that a repeated
+    call would take for the stub, destroying the snapshot and with it the
+    VDI's metadata (meta.is_unfinished_create)."""
     mark = meta.bookmark(row["name"])
     try:
         zfs.bookmark(row["name"], mark)
@@ -125,6 +130,11 @@ def _keep_metadata(sr, rows, row):
     stub = meta.vdi_dataset(sr, row[meta.VDI_UUID])
     if any(r["name"] == stub for r in rows):
         return
+    creating = meta.creating_name(sr, row[meta.VDI_UUID])
+    if any(r["name"] == creating for r in rows):
+        log.info("%s: left by an interrupted data_destroy, made again",
+                 creating)
+        zfs.destroy(creating)
     props = dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
                                        meta.VDI_DESCRIPTION, meta.VDI_KEYS,
                                        meta.VDI_SHARABLE) if row.get(k))
@@ -135,7 +145,8 @@ def _keep_metadata(sr, rows, row):
                   "volmode": "none", "volblocksize": row["volblocksize"] or
                   _volblocksize(meta.parent_of(row["name"]))})
     log.info("keeping the metadata of %s in %s", row["name"], stub)
-    zfs.create_volume(stub, int(row["volsize"]), props, sparse=True)
+    zfs.create_volume(creating, int(row["volsize"]), props, sparse=True)
+    zfs.rename(creating, stub)
 
 
 def _volblocksize(zvol):
