@@ -45,8 +45,9 @@ Kinds (see the functions of the same names below)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
   unfinished     a zvol a power cut left without its properties or its
-                 final name: ``<sr>/<uuid>.new`` (Volume.create), a clone
-                 ``<sr>/<uuid>`` or ``<sr>/<uuid>.ro`` with no mark
+                 final name: ``<sr>/<uuid>.new`` (Volume.create,
+                 data_destroy), a clone ``<sr>/<uuid>`` or
+                 ``<sr>/<uuid>.ro`` with no mark
                  (Volume.clone, a reset's rotation, the datapath's clone);
                  the collector frees them (``is_unfinished_create``,
                  ``is_unmarked_clone``)
@@ -365,14 +366,15 @@ def is_unmarked_clone(row):
 
 
 def is_unfinished_create(row):
-    """A zvol Volume.create was making when the host died. ZFS makes a
+    """A zvol Volume.create (or data_destroy, its metadata zvol: cbt) was
+    making when the host died. ZFS makes a
     zvol and sets the properties given with ``zfs create -o`` in later
     transaction groups (zfs_ioc_create: only volsize and volblocksize go
     with the creation), and a bare zvol <sr>/<uuid> would look like any
     admin's zvol. So Volume.create makes <sr>/<uuid>.new, and renames it
     to <sr>/<uuid> (one transaction group) once the properties are set: a
     zvol by that name is always whole, and one named <sr>/<uuid>.new
-    (no origin, no ``vdi`` value or its own uuid) is one whose create
+    (no origin, no ``vdi`` value or its own uuid) is one whose call
     never returned: xapi never knew it, and it holds nothing."""
     if row["type"] != "volume" or row.get("origin"):
         return False
