@@ -202,15 +202,15 @@ check: test-unit test-protocol test-unit-py36 test-protocol-py36 lint-py36 \
 # cuts mid-burst, on OpenZFS 2.1 and 2.3 side by side (a one-CPU guest
 # each); FAULTS_OUT/report.md says what was injected, called, returned and
 # checked, and the target fails on any problem or loss.
-# make faults-quick: the seeded subset make check runs: each version plays
-# half the scenarios, quick, and FAULT_QUICK_CUTS power cuts.
+# make faults-quick: the seeded subset make check runs: the scenarios split
+# between the versions, quick, and FAULT_QUICK_CUTS power cuts each.
 FAULTS_OUT       ?= build/faults
 FAULT_SEED       ?= 1
 FAULT_CUTS       ?= 20
 FAULT_QUICK_CUTS ?= 2
 FAULT_ARGS       ?=
-QUICK_2.1        := --quick --scenarios mirror-loss,pool-full
-QUICK_2.3        := --quick --scenarios slow-disk,disk-loss
+QUICK_2.1        := --quick --scenarios mirror-loss,pool-full,slow-disk
+QUICK_2.3        := --quick --scenarios disk-loss
 
 faults:
 	rm -rf $(FAULTS_OUT)
@@ -225,17 +225,31 @@ faults-quick:
 	$(MAKE) -s faults-report
 
 # One version: the storage scenarios in one guest, then the power cuts (a
-# guest booted FAULT_CUTS+1 times on the same disks). Each run's exit
-# status goes to <run>.rc for the report to judge, with its results.
+# guest booted FAULT_CUTS+1 times on the same disks). A storage run that
+# leaves a pool only a reboot brings back cuts its power (run.sh's 125)
+# after writing reboot-check.json: the same guest boots again on its disks
+# to check it (campaign.py --after-reboot). Each run's exit status goes to
+# <run>.rc for the report to judge, with its results.
+FAULT_GUEST = bash $(GUEST) --zfs $* --disks 4 --disk-size 1G \
+    --timeout 3600 --results $(FAULTS_OUT)/$*/storage \
+    --state $(FAULTS_OUT)/$*/storage-state
+FAULT_CAMPAIGN = make -s guest-install && python3 tests/faults/campaign.py \
+    --root /tmp/zfsng-root --out /results
+
 faults-2.1 faults-2.3: faults-%:
 	rm -rf $(FAULTS_OUT)/$*
 	mkdir -p $(FAULTS_OUT)/$*
-	bash $(GUEST) --zfs $* --disks 4 --disk-size 1G --timeout 3600 \
-	    --results $(FAULTS_OUT)/$*/storage -- sh -c 'make -s guest-install && \
-	    zfs version | head -n 1 > /results/zfs-version && \
-	    python3 tests/faults/campaign.py --root /tmp/zfsng-root \
-	    --out /results --seed $(FAULT_SEED) $(FAULT_ARGS) $(FAULT_ARGS_$*)'; \
-	    echo $$? > $(FAULTS_OUT)/$*/storage.rc
+	$(FAULT_GUEST) -- sh -c 'zfs version | head -n 1 > /results/zfs-version \
+	    && $(FAULT_CAMPAIGN) --seed $(FAULT_SEED) $(FAULT_ARGS) \
+	    $(FAULT_ARGS_$*)'; rc=$$?; \
+	if [ $$rc = 125 ] && [ -f $(FAULTS_OUT)/$*/storage/reboot-check.json ]; \
+	then \
+	    mv $(FAULTS_OUT)/$*/storage/output.log \
+	        $(FAULTS_OUT)/$*/storage/output-before-reboot.log; \
+	    $(FAULT_GUEST) -- sh -c '$(FAULT_CAMPAIGN) --after-reboot'; \
+	    rc=$$?; \
+	fi; echo $$rc > $(FAULTS_OUT)/$*/storage.rc
+	rm -rf $(FAULTS_OUT)/$*/storage-state
 	python3 tests/faults/powercut.py --zfs $* --cpus 1 --seed $(FAULT_SEED) \
 	    --iterations $(FAULT_CUTS) --out $(FAULTS_OUT)/$*/powercut; \
 	    echo $$? > $(FAULTS_OUT)/$*/powercut.rc
