@@ -25,7 +25,9 @@ def load(directory):
                                  recursive=True)):
         with open(path) as f:
             result = json.load(f)
-        if isinstance(result, dict) and "scenario" in result:
+        # a ledger's result (not campaign.py's reboot-check.json)
+        if isinstance(result, dict) and "scenario" in result and \
+                "calls" in result:
             results.append(result)
     return results
 
