@@ -487,27 +487,37 @@ def _disk_loss(book, rnd, quick, scene, kind):
                             configuration=scene.stored)
         book.expect(sr2 == sr, "SR.attach after the heal: %s %s" % (
             sr2, error))
+    _judge_back(book, sr, scene.pool, model, "after the heal",
+                lambda listed: check_hashes(book, images, "after the heal"))
+
+
+def _judge_back(book, sr, pool, model, what, check_data):
+    """The SR once its pool is back (what: after the heal, after the
+    reboot): Healthy, every VDI of the model as it was, none a failed
+    call made, the data (check_data(listed)), a clean scrub, and calls
+    that work again."""
     # reads that failed while the disk was dead stay in ZFS's error log
     # ("permanent errors") until a scrub reads the blocks again: Healthy,
     # saying so, until the scrub below
-    answer, _ = judged(book, "SR.stat", SLACK, "after the heal", sr=sr)
+    answer, _ = judged(book, "SR.stat", SLACK, what, sr=sr)
     if answer:
         book.expect(answer["health"][0] == "Healthy",
-                    "SR.stat after the heal: %s" % answer["health"])
-        book.note("SR.stat after the heal: %s" % answer["health"])
-    listed = scene.listed()
-    _check_model(book, model, listed, "after the heal")
+                    "SR.stat %s: %s" % (what, answer["health"]))
+        book.note("SR.stat %s: %s" % (what, answer["health"]))
+    listed = dict((v["key"], v) for v in book.call("SR.ls", sr=sr))
+    _check_model(book, model, listed, what)
     extra = sorted(set(listed) - set(model))
     book.expect(not extra, "VDIs made by calls that failed are listed: %s"
                 % [(k, listed[k]["name"]) for k in extra])
-    check_hashes(book, images, "after the heal")
-    scrub(book, scene.pool, "after the heal")
+    check_data(listed)
+    scrub(book, pool, what)
     answer, _ = judged(book, "SR.stat", SLACK, "after the scrub", sr=sr)
     if answer:
         book.expect(answer["health"] == ["Healthy", ""],
                     "SR.stat after the scrub: %s" % answer["health"])
     # everything works again
-    vol = scene.create(MiB, "after")
+    vol = book.call("Volume.create", sr=sr, name="after", description="",
+                    size=MiB, sharable=False)
     snap = book.call("Volume.snapshot", sr=sr, key=vol["key"])
     book.call("Volume.destroy", sr=sr, key=snap["key"])
     book.call("Volume.destroy", sr=sr, key=vol["key"])
@@ -593,34 +603,17 @@ def after_reboot(book, pending):
         if not book.expect(got == sr, "SR.attach after the reboot: %s %s"
                            % (got, error)):
             return
-        answer, _ = judged(book, "SR.stat", SLACK, "after the reboot", sr=sr)
-        if answer:
-            book.expect(answer["health"][0] == "Healthy",
-                        "SR.stat after the reboot: %s" % answer["health"])
-            book.note("SR.stat after the reboot: %s" % answer["health"])
-        listed = dict((v["key"], v) for v in book.call("SR.ls", sr=sr))
-        model = pending["model"]
-        _check_model(book, model, listed, "after the reboot")
-        extra = sorted(set(listed) - set(model))
-        book.expect(not extra, "VDIs made by calls that failed are listed: "
-                    "%s" % [(k, listed[k]["name"]) for k in extra])
-        drop_caches()
-        book.hashes(pending["digests"], dict(
-            (key, _read_digest(sr, key, pending["sizes"][key]))
-            for key in pending["digests"] if key in listed),
-            "after the reboot")
-        scrub(book, pool, "after the reboot")
-        answer, _ = judged(book, "SR.stat", SLACK, "after the scrub", sr=sr)
-        if answer:
-            book.expect(answer["health"] == ["Healthy", ""],
-                        "SR.stat after the scrub: %s" % answer["health"])
-        vol = book.call("Volume.create", sr=sr, name="after", description="",
-                        size=MiB, sharable=False)
-        snap = book.call("Volume.snapshot", sr=sr, key=vol["key"])
-        book.call("Volume.destroy", sr=sr, key=snap["key"])
-        book.call("Volume.destroy", sr=sr, key=vol["key"])
+        _judge_back(book, sr, pool, pending["model"], "after the reboot",
+                    lambda listed: _check_digests(book, sr, pending, listed))
     finally:
         xe.remove()
+
+
+def _check_digests(book, sr, pending, listed):
+    drop_caches()
+    book.hashes(pending["digests"], dict(
+        (key, _read_digest(sr, key, pending["sizes"][key]))
+        for key in pending["digests"] if key in listed), "after the reboot")
 
 
 def _read_digest(sr, key, size):
