@@ -69,6 +69,23 @@ done
     { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
 [ -z "$shared" ] || [ -f "$shared" ] ||
     { echo "run.sh: --shared-disk $shared is not a file" >&2; exit 2; }
+# The host's tools, installed one apt-get at a time: make check starts two
+# guests side by side, and on a fresh machine two apt-gets at once fail on
+# apt's lock (the image builders would each try).
+need=()
+for c in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils \
+    debootstrap:debootstrap mke2fs:e2fsprogs; do
+    command -v "${c%%:*}" >/dev/null 2>&1 || need+=("${c#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    (
+        flock -w 1800 9 || { echo "run.sh: apt lock wait" >&2; exit 1; }
+        echo "run.sh: installing host packages: ${need[*]}" >&2
+        apt-get update -q >&2 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >&2
+    ) 9>/var/lock/zfs-ng-host-packages.lock ||
+        { echo "run.sh: cannot install ${need[*]}" >&2; exit 1; }
+fi
 py36=$(bash "$here/python36.sh")
 py36_img=$(bash "$here/python36.sh" --image)
 
