@@ -72,7 +72,18 @@ class Plugin(object):
                 proc.stderr.decode("utf-8"))
 
     def __call__(self, method, **args):
-        args.setdefault("dbg", "zfs-ng-test")
+        """One call as xapi-storage-script makes it. An SR.attach is
+        followed by SR.stat of its answer, as the daemon's sr_attach_impl
+        does before it records the SR as attached: a stat that fails
+        fails the attach."""
+        result = self._one(method, args)
+        if method == "SR.attach":
+            self._one("SR.stat", {"dbg": args.get("dbg"), "sr": result})
+        return result
+
+    def _one(self, method, args):
+        if args.get("dbg") is None:
+            args["dbg"] = "zfs-ng-test"
         rc, out, err = self.raw(method, args)
         try:
             obj = json.loads(out)

@@ -65,8 +65,18 @@ class Ledger(object):
     def call(self, method, bound=OUTER_BOUND, **args):
         """The result of method(args), or raise CallError (counted by its
         type). A call past bound, or one whose stdout is not exactly one
-        JSON value, is recorded as a problem and raises AssertionError."""
-        args.setdefault("dbg", "fault-%s-%d" % (self.scenario, self.seed))
+        JSON value, is recorded as a problem and raises AssertionError.
+        An SR.attach is followed by SR.stat of its answer, as xapi's
+        daemon does before it records the SR as attached."""
+        result = self._one(method, bound, args)
+        if method == "SR.attach":
+            self._one("SR.stat", bound, {"dbg": args.get("dbg"),
+                                         "sr": result})
+        return result
+
+    def _one(self, method, bound, args):
+        if args.get("dbg") is None:
+            args["dbg"] = "fault-%s-%d" % (self.scenario, self.seed)
         self.calls[method] = self.calls.get(method, 0) + 1
         start = time.monotonic()
         plugin = DATAPATH_PLUGIN if method.startswith("Datapath.") \

@@ -144,10 +144,10 @@ class Run(object):
         args = json.loads(json.dumps(args))
         start = len(self.recorder.records)
         try:
-            # the result as xapi reads it: the JSON the wire writes (a
-            # LongString, list_changed_blocks' bitmap, goes in pieces)
-            result = json.loads(b"".join(wire.dump(wire.call(
-                method, args, self.handlers))).decode("utf-8"))
+            result = self._as_xapi_reads(method, args)
+            if method == "SR.attach":   # the daemon stats what it attached
+                self._as_xapi_reads("SR.stat", {"dbg": args["dbg"],
+                                                "sr": result})
             outcome = ("ok", result)
         except errors.StorageError as exc:
             result = None
@@ -155,6 +155,12 @@ class Run(object):
         self.steps.append((label, method, outcome,
                            self.recorder.records[start:]))
         return result
+
+    def _as_xapi_reads(self, method, args):
+        """The result as xapi reads it: the JSON the wire writes (a
+        LongString, list_changed_blocks' bitmap, goes in pieces)."""
+        return json.loads(b"".join(wire.dump(wire.call(
+            method, args, self.handlers))).decode("utf-8"))
 
     def need(self, label, method, **args):
         """A call the next ones build on: it must succeed."""

@@ -411,7 +411,8 @@ def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
     """Kill SR.destroy after each of its commands that changes something
     (and the one before zpool destroy; this run's share of them,
     conftest.plays); xapi then detaches the SR and, on
-    the admin's retry, attaches it and destroys what attach answered: the
+    the admin's retry, attaches it (with the SR.stat xapi's daemon makes
+    of the answer) and destroys what attach answered: the
     disks end up blank every time, with no plan left. (The unit tests kill
     it after every single command, on the fake.)"""
     config = {"vdev": "mirror %s %s" % (disks[0], disks[1])}
@@ -428,9 +429,12 @@ def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
         rc, out, _ = crashing.raw("SR.destroy", {"dbg": "crash", "sr": sr})
         assert rc == 137, (n, rc, out)
         plugin("SR.detach", sr=sr)
-        again = plugin("SR.attach", configuration=stored)
+        again = plugin("SR.attach", configuration=stored)   # and SR.stat
         if n >= destroy_at:
             assert again == "kd#destroying-" + stored["pool-guid"], n
+            # an unplug (sr-forget's first step) works and keeps the plan
+            plugin("SR.detach", sr=again)
+            again = plugin("SR.attach", configuration=stored)
         plugin("SR.destroy", sr=again)
         assert_blank(disks[:2])
         assert not os.path.exists(os.path.join(

@@ -101,9 +101,20 @@ def handlers():
 
 def call(method, **args):
     """Run a method as xapi-storage-script would reach it (checked), and
-    return its result as xapi reads it: the JSON the wire writes."""
+    return its result as xapi reads it: the JSON the wire writes. An
+    SR.attach is followed by SR.stat of its answer, as the daemon's
+    sr_attach_impl does before it records the SR as attached: a stat that
+    fails fails the attach."""
+    result = _call(method, args)
+    if method == "SR.attach":
+        _call("SR.stat", {"dbg": args.get("dbg"), "sr": result})
+    return result
+
+
+def _call(method, args):
     args = dict(args)
-    args.setdefault("dbg", "unit-test")
+    if args.get("dbg") is None:
+        args["dbg"] = "unit-test"
     result = wire.call(method, args, handlers())
     return json.loads(b"".join(wire.dump(result)).decode("utf-8"))
 

@@ -398,21 +398,37 @@ def test_sr_destroy_killed_anywhere_is_finished_by_the_retry(retry):
     assert_every_crash_point(total, lambda n: _destroy_killed_at(n, retry))
 
 
+def _killed_after_zpool_destroy(host):
+    sr, config = create_sr(DESTROY_LAYOUT)
+    with installed(CrashAfterCommand(host, ["zpool", "destroy"])):
+        with pytest.raises(Killed):
+            call("SR.destroy", sr=sr)
+    assert not _blank(host, "/dev/sdb")
+    return config
+
+
 def test_sr_destroy_retry_after_the_pool_is_gone_answers_attach():
-    """Killed right after zpool destroy: SR.attach answers a string that
-    only SR.destroy acts on; nothing else takes it for a live SR."""
+    """Killed right after zpool destroy: xapi's retry (a PBD plug:
+    SR.attach, then the SR.stat the daemon makes of its answer; then
+    SR.destroy) finishes it. The string attach answers is stat'ed as an
+    empty Unavailable SR that says what to do; no call takes it for a
+    live SR."""
     host = fakezfs.FakeZfs.with_disks()
     with installed(host):
-        sr, config = create_sr(DESTROY_LAYOUT)
-        with installed(CrashAfterCommand(host, ["zpool", "destroy"])):
-            with pytest.raises(Killed):
-                call("SR.destroy", sr=sr)
-        assert not _blank(host, "/dev/sdb")
+        config = _killed_after_zpool_destroy(host)
         left = call("SR.attach", configuration=config)
         assert left == "tank#destroying-" + config["pool-guid"]
-        for method in ("SR.stat", "SR.ls"):
+        record = call("SR.stat", sr=left)
+        assert record["health"][0] == "Unavailable"
+        assert "sr-destroy" in record["health"][1]
+        assert "/dev/sdb" in record["health"][1]
+        assert (record["free_space"], record["total_space"]) == (0, 0)
+        for method, args in [("SR.ls", {}), ("SR.set_name", {
+                "new_name": "x"}), ("Volume.create", {
+                    "name": "x", "description": "", "size": GiB,
+                    "sharable": False})]:
             with pytest.raises(errors.Sr_not_attached):
-                call(method, sr=left)
+                call(method, sr=left, **args)
         call("SR.destroy", sr=left)
         assert all(_blank(host, d) for d in DISKS)
         with pytest.raises(errors.PoolNotFound):
@@ -475,3 +491,36 @@ def test_sr_create_killed_anywhere_is_usable_by_a_retry_with_a_new_uuid():
         total = commands_run(host, lambda: _create(SR_UUID))
     assert_every_crash_point(total, _create_killed_at,
                              caught=(AssertionError, errors.StorageError))
+
+
+def test_sr_forget_of_a_half_destroyed_sr():
+    """xe sr-forget of an SR whose destroy was killed after zpool destroy:
+    the plug (attach and stat) and the unplug (SR.detach) work and change
+    no disk; the plan stays, and a later sr-destroy through a plug still
+    finishes it."""
+    host = fakezfs.FakeZfs.with_disks()
+    with installed(host):
+        config = _killed_after_zpool_destroy(host)
+        left = call("SR.attach", configuration=config)
+        mark = len(host.calls)
+        assert call("SR.detach", sr=left) is None
+        assert host.mutations(since=mark) == []
+        assert cleanup.load(config["pool-guid"]) is not None
+        call("SR.destroy", sr=call("SR.attach", configuration=config))
+        assert all(_blank(host, d) for d in DISKS)
+        assert cleanup.load(config["pool-guid"]) is None
+
+
+def test_stat_of_a_destroying_string_without_a_plan_is_refused():
+    """A '#destroying-' string whose plan is gone (finished, or never
+    made) or names another pool is no SR."""
+    host = fakezfs.FakeZfs.with_disks()
+    with installed(host):
+        config = _killed_after_zpool_destroy(host)
+        guid = config["pool-guid"]
+        for sr in ["other#destroying-" + guid, "tank#destroying-1234"]:
+            with pytest.raises(errors.Sr_not_attached):
+                call("SR.stat", sr=sr)
+        call("SR.destroy", sr="tank#destroying-" + guid)
+        with pytest.raises(errors.Sr_not_attached):
+            call("SR.stat", sr="tank#destroying-" + guid)

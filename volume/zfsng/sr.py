@@ -634,6 +634,8 @@ def destroy(dbg, sr):
 def stat(dbg, sr):
     """The SR's record; a pool problem is also logged and, when it changed,
     sent as a XenAPI message in the background (``alert``)."""
+    if DESTROYING in sr:
+        return _stat_of_a_destroyed_pool(sr)
     try:
         row = inventory.sr_row(sr)
     except errors.ZfsError as exc:
@@ -645,6 +647,27 @@ def stat(dbg, sr):
     record = stat_of(sr, row, sr_health)
     alert.report(record, meta.pool_of(sr), state)
     return record
+
+
+def _stat_of_a_destroyed_pool(sr):
+    """SR.stat of what SR.attach answers for a pool whose SR.destroy was
+    killed after ``zpool destroy``. xapi-storage-script's SR.attach calls
+    SR.stat on the attach's answer before it records the SR as attached:
+    refused, the plug fails and the retried sr-destroy never reaches
+    SR.destroy. Answered (empty, Unavailable, saying what finishes it), the
+    plug succeeds and SR.destroy, or SR.detach and sr-forget, follow. A
+    scan is refused by xapi itself, as for any SR that is not Healthy."""
+    pool, _, guid = sr.partition(DESTROYING)
+    plan = cleanup.load(guid)
+    if plan is None or plan.get("pool") != pool:
+        raise errors.Sr_not_attached(sr)
+    text = ("pool %s was destroyed by an SR.destroy that did not finish: "
+            "'xe sr-destroy' again blanks its disks (%s)" % (
+                pool, ", ".join(t["path"] for t in plan["targets"]) or
+                "nothing left to blank"))
+    return {"sr": sr, "name": pool, "description": text, "free_space": 0,
+            "total_space": 0, "datasources": [], "clustered": False,
+            "health": ["Unavailable", text]}
 
 
 def _stat_of_a_dead_pool(sr):
