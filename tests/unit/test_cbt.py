@@ -16,7 +16,8 @@ from zfsng import errors, meta
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr
-from crashpoint import CrashAfterCommand, Killed, commands_run, installed
+from crashpoint import CrashAfter, CrashAfterCommand, Killed, commands_run, \
+    installed
 from test_vdi_semantics import datasets, destroy, listed, vdi_create, \
     vdi_snapshot
 
@@ -411,31 +412,13 @@ def _fresh(with_clone=False):
 
 def _killed(host, n, method, **args):
     """method killed after its n-th command: whether it was."""
-    counter = CrashAt(host, n)
+    counter = CrashAfter(host, n)
     with installed(counter):
         try:
             call(method, **args)
         except Killed:
             return True
     return False
-
-
-class CrashAt(CrashAfterCommand):
-    """Killed right after the n-th command (crashpoint.CrashAfter)."""
-
-    def __init__(self, host, n):
-        CrashAfterCommand.__init__(self, host, [])
-        self.n, self.count = n, 0
-
-    def __call__(self, argv, stdin_text=None):
-        if self.dead:
-            raise Killed("command after the crash: %r" % (argv,))
-        result = self.host(argv, stdin_text)
-        self.count += 1
-        if self.count == self.n:
-            self.dead = True
-            raise Killed("killed after command %d: %r" % (self.n, argv))
-        return result
 
 
 def _every_point(total, check):
@@ -470,6 +453,8 @@ def _finish_everything(host, sr, keys_left):
 @pytest.mark.parametrize("with_clone", [False, True],
                          ids=["plain", "with-clone"])
 def test_data_destroy_killed_anywhere_loses_no_vdi(with_clone):
+    """Killed after any command, then the VDI's keys and name changed
+    (xapi goes on using it), then retried: one VDI, with what was set."""
     total = _count("Volume.data_destroy", with_clone)
     assert total >= 4
 
@@ -478,9 +463,14 @@ def test_data_destroy_killed_anywhere_loses_no_vdi(with_clone):
         with installed(host):
             assert _killed(host, n, "Volume.data_destroy", sr=sr, key=s)
             assert listed(sr)[s]["keys"] == keys
+            # what xapi stores between the kill and its retry is kept
+            call("Volume.set", sr=sr, key=s, k="between", v=str(n))
+            call("Volume.set_name", sr=sr, key=s, new_name="set %d" % n)
             call("Volume.data_destroy", sr=sr, key=s)
             vdi = listed(sr)[s]
-            assert vdi["keys"] == keys and vdi["read_write"] is False
+            assert vdi["keys"] == dict(keys, between=str(n))
+            assert vdi["name"] == "set %d" % n
+            assert vdi["read_write"] is False
             assert len([k for k in listed(sr) if k == s]) == 1
             _finish_everything(host, sr, [s] + list(listed(sr)))
         check_fake_host(host)

@@ -128,16 +128,20 @@ def _keep_metadata(sr, rows, row):
     except errors.DatasetExists:
         pass
     stub = meta.vdi_dataset(sr, row[meta.VDI_UUID])
+    props = _vdi_metadata(row)
     if any(r["name"] == stub for r in rows):
+        # Made by a call killed before it destroyed the snapshot, which
+        # stayed the VDI meanwhile (meta.vdi_rows): xapi may have set keys
+        # or a name on it since. They go to the stub again.
+        log.info("%s: left by an interrupted data_destroy, its metadata "
+                 "copied again", stub)
+        zfs.set_props(stub, props)
         return
     creating = meta.creating_name(sr, row[meta.VDI_UUID])
     if any(r["name"] == creating for r in rows):
         log.info("%s: left by an interrupted data_destroy, made again",
                  creating)
         zfs.destroy(creating)
-    props = dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
-                                       meta.VDI_DESCRIPTION, meta.VDI_KEYS,
-                                       meta.VDI_SHARABLE) if row.get(k))
     # Without a map (never a list's target, as the first snapshot of a
     # chain), one is made now, while the snapshot can be read.
     props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), meta.MAX_VALUE)
@@ -147,6 +151,14 @@ def _keep_metadata(sr, rows, row):
     log.info("keeping the metadata of %s in %s", row["name"], stub)
     zfs.create_volume(creating, int(row["volsize"]), props, sparse=True)
     zfs.rename(creating, stub)
+
+
+def _vdi_metadata(row):
+    """The properties that make the VDI what xapi knows: its uuid, name,
+    description, keys, sharable."""
+    return dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
+                                      meta.VDI_DESCRIPTION, meta.VDI_KEYS,
+                                      meta.VDI_SHARABLE) if row.get(k))
 
 
 def _volblocksize(zvol):
