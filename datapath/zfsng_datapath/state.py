@@ -36,8 +36,14 @@ def _escape(text):
 
 
 def path(dataset, domain):
-    return os.path.join(RUN_DIR, "%s.%s.json" % (_escape(dataset),
-                                                  _escape(domain)))
+    """The state file of (dataset, domain): both escaped, joined by '.';
+    shortened with a digest (runfiles.fit) when too long for a file name,
+    as a dataset near ZFS's 255 characters is once its '/' are escaped.
+    Names that fit are the ones earlier versions used (an upgrade while
+    VMs run finds their state)."""
+    joined = "%s.%s" % (_escape(dataset), _escape(domain))
+    return os.path.join(RUN_DIR, runfiles.fit(
+        joined, "%s\0%s" % (dataset, domain)) + ".json")
 
 
 def load(dataset, domain):

@@ -361,6 +361,27 @@ def test_state_file_names_are_unambiguous(tmp_path, monkeypatch):
         "tank%2Fv-1%40s_2.u0_vbd.json"
 
 
+def test_state_files_of_the_longest_names_zfs_allows(tmp_path, monkeypatch):
+    """A snapshot VDI's name may be 255 characters (ZFS's limit, the SR
+    checked at SR.create), each '/' escaped to three: its state file is
+    still a file name the file system takes, one per (dataset, domain)."""
+    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
+    sr = "p" * (meta.room_for("p") + 1)
+    longest = meta.longest_name(sr)
+    assert len(longest) == meta.MAX_NAME
+    snapshot = "%s/%s@%s" % (sr, "a" * 36, "b" * 36)
+    paths = set()
+    for dataset in (longest, snapshot, snapshot[:-1] + "c"):
+        for domain in (DOM0, DOM0_VBD, GUEST):
+            st = {"uri": "zfs-ng:///" + dataset, "dataset": dataset,
+                  "domain": domain}
+            state.save(st)
+            assert state.load(dataset, domain) == st
+            paths.add(state.path(dataset, domain))
+    assert len(paths) == 9
+    assert all(len(os.path.basename(p)) <= 255 for p in paths)
+
+
 # --- dom0 --------------------------------------------------------------------
 
 @pytest.mark.parametrize("domain", [DOM0_VBD, DOM0, "0"])

@@ -461,6 +461,36 @@ def clone_name(sr, snapshot_uuid):
     return "%s/%s%s" % (sr, snapshot_uuid, CLONE_SUFFIX)
 
 
+# ZFS refuses a dataset, snapshot or bookmark name of 256 bytes or more
+# (ZFS_MAX_DATASET_NAME_LEN counts the terminating NUL).
+MAX_NAME = 255
+_SAMPLE_UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def longest_name(sr):
+    """The longest name zfs-ng ever makes in the SR dataset sr, by the
+    rules above with a uuid's length: SR.create refuses (or, for a pool
+    named after the SR, avoids) an SR where it would pass MAX_NAME, since
+    ZFS would refuse it in the middle of a later call (a snapshot, a live
+    clone) that xapi expects to work."""
+    vdi = vdi_dataset(sr, _SAMPLE_UUID)
+    snapshot = "%s@%s" % (vdi, _SAMPLE_UUID)
+    return max([vdi, creating_name(sr, _SAMPLE_UUID),
+                clone_name(sr, _SAMPLE_UUID), snapshot, bookmark(snapshot),
+                internal_snapshot(vdi, _SAMPLE_UUID), reset_point(vdi),
+                "%s@%s%s" % (vdi, CBT_SNAPSHOT, _SAMPLE_UUID)], key=len)
+
+
+def room_for(sr):
+    """How many bytes sr may grow by (negative: too long by that much)."""
+    return MAX_NAME - len(longest_name(sr).encode("utf-8"))
+
+
+def sample_sr_dataset(parent):
+    """The SR dataset an SR adopting parent gets, with a uuid's length."""
+    return child_sr_dataset(parent, _SAMPLE_UUID)
+
+
 def is_clone_of(row, sr, snapshot_uuid):
     """Whether row (type, origin, DATAPATH_CLONE) is the datapath's clone
     of that snapshot VDI, wherever a reset moved the snapshot within the

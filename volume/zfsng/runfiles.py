@@ -33,11 +33,16 @@ def escape(name, safe=SAFE, upper=False):
 def file_name(directory, name, suffix):
     """directory's file for name: escaped, or, when that would be too
     long for a file name, its start and a digest of the whole."""
-    safe = escape(name)
-    if len(safe) > NAME_MAX:
-        digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
-        safe = "%s..%s" % (safe[:NAME_MAX - 66], digest)
-    return os.path.join(directory, safe + suffix)
+    return os.path.join(directory, fit(escape(name), name) + suffix)
+
+
+def fit(safe, name):
+    """safe (name escaped) if it fits NAME_MAX, else its start, '..' and
+    a digest of name: distinct names keep distinct files."""
+    if len(safe) <= NAME_MAX:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
+    return "%s..%s" % (safe[:NAME_MAX - 66], digest)
 
 
 def write_json(path, document, durable=False):

@@ -201,7 +201,8 @@ def _choose_pool_name(uuid, cfg, name):
                 "a pool named '%s' is already imported; choose another "
                 "device-config:pool-name" % cfg.pool_name)
         return cfg.pool_name
-    if names.valid_pool_name(name) and name not in taken:
+    if names.valid_pool_name(name) and name not in taken and \
+            meta.room_for(name) >= 0:
         return name
     fallback = "zfsng-" + uuid[:8]
     if fallback in taken:
@@ -311,6 +312,7 @@ def _stored_config(configuration, dataset):
 def create(dbg, uuid, configuration, name, description):
     names.check_uuid(uuid, "SR uuid", errors.InvalidArgument)
     cfg = devconfig.parse(configuration)
+    devconfig.check_room(cfg)
     for key in ("pool-guid", "sr_uuid"):
         if key in configuration:
             raise errors.InvalidConfiguration(
