@@ -198,7 +198,7 @@ def test_two_srs_need_two_uuids(fake):
 
 def test_missing_device(fake):
     message = refused(fake, errors.DeviceNotFound, {"device": "/dev/sdx"})
-    assert "/dev/sdx" in message
+    assert message == "device /dev/sdx does not exist"
 
 
 def test_one_missing_device_of_several(fake):

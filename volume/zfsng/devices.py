@@ -30,11 +30,17 @@ def lsblk(device):
     result = runner.run(["lsblk", "-n", "-p", "-P",
                          "-o", "NAME,TYPE,MOUNTPOINT", device])
     if result.rc != 0:
-        raise errors.DeviceNotFound(
-            "device %s: %s" % (device, result.err.strip() or
-                               "not found or not a block device"))
+        raise errors.DeviceNotFound(_not_found(device, result.err))
     return [dict(_PAIR_RE.findall(line)) for line in result.out.splitlines()
             if line.strip()]
+
+
+def _not_found(device, err):
+    """Why lsblk refused device. It says "not a block device" for a path
+    that does not exist too: an admin who mistyped a name hears that."""
+    if not os.path.exists(device):
+        return "device %s does not exist" % device
+    return "device %s: %s" % (device, err.strip() or "not a block device")
 
 
 def family(device):
