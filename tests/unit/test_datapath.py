@@ -887,6 +887,23 @@ def test_snapshot_vdi_attaches_through_a_read_only_clone(host, snap_vdi):
     nothing_left(host)
 
 
+def test_vdis_of_an_sr_at_the_name_limit_attach(host):
+    """An SR whose longest names reach ZFS's 255 characters (the longest
+    pool-name SR.create takes): its VDI and snapshot VDI attach and detach
+    for a guest and for dom0 (URI check, state files, clone names)."""
+    sr, _ = create_sr({"device": "/dev/sdb",
+                       "pool-name": "p" * meta.room_for("")})
+    vol = create_volume(sr, size=GiB, name="disk")
+    snap = snapshot_of(sr, vol)
+    for uri in (uri_of(vol), uri_of(snap)):
+        for domain in (GUEST, DOM0):
+            dp("Datapath.attach", uri=uri, domain=domain)
+            dp("Datapath.activate", uri=uri, domain=domain)
+            dp("Datapath.deactivate", uri=uri, domain=domain)
+            dp("Datapath.detach", uri=uri, domain=domain)
+    nothing_left(host)
+
+
 def test_snapshot_vdi_for_a_guest_is_opened_read_only(host, snap_vdi):
     sr, vol, snap = snap_vdi
     dp("Datapath.attach", uri=uri_of(snap), domain=GUEST)

@@ -461,9 +461,7 @@ def clone_name(sr, snapshot_uuid):
     return "%s/%s%s" % (sr, snapshot_uuid, CLONE_SUFFIX)
 
 
-# ZFS refuses a dataset, snapshot or bookmark name of 256 bytes or more
-# (ZFS_MAX_DATASET_NAME_LEN counts the terminating NUL).
-MAX_NAME = 255
+MAX_NAME = names.MAX_NAME
 _SAMPLE_UUID = "00000000-0000-4000-8000-000000000000"
 
 

@@ -23,6 +23,10 @@ _RESERVED_POOL = re.compile(r"^(mirror|raidz|draid|spare|log|cache|special|"
 
 COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 
+# ZFS refuses a dataset, snapshot or bookmark name of 256 bytes or more
+# (ZFS_MAX_DATASET_NAME_LEN counts the terminating NUL).
+MAX_NAME = 255
+
 # Device paths: absolute, under /dev, made of the characters udev uses in
 # by-id/by-path names.
 DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+\Z")
@@ -70,7 +74,7 @@ def check_dataset_name(text, what="dataset"):
     parts = text.split("/") if isinstance(text, str) else []
     ok = (len(parts) >= 1 and valid_pool_name(parts[0]) and
           all(COMPONENT_RE.match(p) and p not in (".", "..")
-              for p in parts[1:]) and len(text) < 200)
+              for p in parts[1:]) and len(text) <= MAX_NAME)
     if not ok:
         raise InvalidConfiguration(
             "%s %r is not a valid dataset name: use pool/path with letters, "
