@@ -35,11 +35,11 @@ class CrashAfter(object):
         self._after(argv)
         return result
 
-    def stream(self, argv, consume):
+    def stream(self, argv, consume, **bound):
         """A streamed command (zfs send) counts as one command too."""
         if self.dead:
             raise Killed("command after the crash: %r" % (argv,))
-        answer = self.host.stream(argv, consume)
+        answer = self.host.stream(argv, consume, **bound)
         self._after(argv)
         return answer
 

@@ -5,8 +5,10 @@ here once: LC_ALL=C, exit codes, stdin, the trace and the crash point."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -168,3 +170,114 @@ def test_stream_kills_a_command_past_its_bound(monkeypatch):
     monkeypatch.setattr(runner, "timeout_for", lambda argv: 0.5)
     with pytest.raises(errors.CommandTimeout):
         runner.SubprocessRunner().stream(["sleep", "30"], _drain)
+
+
+def _bounded(call, ceiling=60):
+    """call()'s exception, raised in a thread joined for at most ceiling
+    seconds: a runner that hangs fails the test instead of the suite."""
+    outcome = []
+
+    def target():
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:   # noqa: B902 -- handed to the test
+            outcome.append(exc)
+    thread = threading.Thread(target=target)
+    thread.daemon = True
+    thread.start()
+    thread.join(ceiling)
+    assert not thread.is_alive(), "the call did not return"
+    return outcome[0]
+
+
+def test_stream_gives_up_on_an_output_another_process_holds_open(
+        tmp_path, monkeypatch, hooks_on):
+    # The command's child keeps its stdout open after the command is
+    # killed, as a zfs send stuck in the kernel does: the reader must not
+    # wait for the end of that output.
+    monkeypatch.setenv("ZFSNG_CMD_TIMEOUT", "0.5")
+    monkeypatch.setattr(runner, "KILL_GRACE", 0.5)
+    pidfile = tmp_path / "child.pid"
+    argv = ["sh", "-c", "sleep 1000 & echo $! > %s; exec sleep 1000"
+            % pidfile]
+    try:
+        failure = _bounded(
+            lambda: runner.SubprocessRunner().stream(argv, _drain))
+    finally:
+        _kill_pid_in(pidfile)
+    assert isinstance(failure, errors.CommandTimeout)
+    assert "killed" in str(failure)
+
+
+def test_stream_leaves_behind_a_command_that_survives_the_kill(
+        monkeypatch, hooks_on):
+    # A process stuck in the kernel ignores SIGKILL until its I/O ends:
+    # here a kill that does nothing. The call returns all the same.
+    monkeypatch.setenv("ZFSNG_CMD_TIMEOUT", "0.5")
+    monkeypatch.setattr(runner, "KILL_GRACE", 0.5)
+    started = []
+    real_popen = subprocess.Popen
+
+    class Unkillable(real_popen):
+        def __init__(self, *args, **kwargs):
+            real_popen.__init__(self, *args, **kwargs)
+            started.append(self)
+
+        def kill(self):
+            pass
+    monkeypatch.setattr(runner.subprocess, "Popen", Unkillable)
+    try:
+        failure = _bounded(lambda: runner.SubprocessRunner().stream(
+            ["sleep", "1000"], _drain))
+    finally:
+        for proc in started:
+            real_popen.kill(proc)
+            proc.wait()
+    assert isinstance(failure, errors.CommandTimeout)
+    assert "left behind" in str(failure)
+    assert failure.pid == started[0].pid
+
+
+def _kill_pid_in(pidfile):
+    try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+# --- non-ASCII arguments on dom0's interpreter: CPython 3.6, C locale --------
+
+C_LOCALE_SCRIPT = u"""
+import sys
+assert sys.getfilesystemencoding() == "ascii"   # what Popen would use
+from zfsng import runner
+real = runner.SubprocessRunner()
+value = u"Donn\\u00e9es \\u2713"
+result = real(["printf", "%s", value])
+assert (result.rc, result.out) == (0, value), (result.rc, result.out)
+result, out = real.stream(["printf", "%s", value], lambda read: read(100))
+assert (result.rc, out) == (0, value.encode("utf-8")), (result.rc, out)
+print("ok")
+"""
+
+
+def test_non_ascii_arguments_pass_under_python36_in_the_c_locale():
+    # A VDI name an admin set by hand (zfs set ...:name=Données) is copied
+    # into zfs clone -o / zfs create -o: under 3.6 in the C locale Popen
+    # would encode it as ASCII.
+    top = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    prefix = subprocess.check_output(
+        ["bash", os.path.join(top, "tests", "guest", "python36.sh")])
+    python36 = os.path.join(prefix.decode().strip(), "bin", "python3.6")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LC_", "LANG", "PYTHON"))}
+    env.update(LC_ALL="C", PYTHONPATH=os.path.dirname(
+        os.path.dirname(runner.__file__)))
+    proc = subprocess.run(
+        [python36, "-c", C_LOCALE_SCRIPT],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr[-300:]) == \
+        (0, b"ok\n", b"")

@@ -176,7 +176,12 @@ class CommandTimeout(StorageError):
     """A command did not finish within its bound (see ``runner``): the pool
     may be suspended or a device stuck. It was killed (or, stuck in the
     kernel, abandoned); the call changed nothing more, and the next call
-    repairs whatever the command may have done."""
+    repairs whatever the command may have done. pid: the process left
+    behind in the kernel, if any (``abandoned`` waits for it)."""
+
+    def __init__(self, message, pid=None):
+        StorageError.__init__(self, message)
+        self.pid = pid
 
 
 class SrBusy(StorageError):

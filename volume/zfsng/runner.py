@@ -27,7 +27,9 @@ every command's bound.
 """
 
 import json
+import math
 import os
+import select
 import subprocess
 import threading
 import time
@@ -60,10 +62,13 @@ def remaining():
     return _deadline["at"] - time.monotonic()
 
 
-def timeout_for(argv):
-    """The bound of one command: its own, lowered to the call's deadline."""
+def timeout_for(argv, own=None):
+    """The bound of one command: its own (own: one its caller derived from
+    the work it must do), lowered to the call's deadline."""
     bound = DEFAULT_TIMEOUT
-    if argv[0] == "zpool" and len(argv) > 1 and argv[1] in _POOL_VERBS:
+    if own is not None:
+        bound = own
+    elif argv[0] == "zpool" and len(argv) > 1 and argv[1] in _POOL_VERBS:
         bound = POOL_TIMEOUT
     elif argv[0] == "udevadm" and argv[1:2] == ["settle"]:
         bound = DEFAULT_TIMEOUT + 30   # it has its own --timeout
@@ -96,7 +101,7 @@ class SubprocessRunner(object):
         bound = _bound(argv)
         start = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            _argv_bytes(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=_env(), close_fds=True)
         out, err = _communicate(
             proc, argv, bound,
@@ -117,30 +122,36 @@ class SubprocessRunner(object):
                         result.argv)
             os._exit(137)
 
-    def stream(self, argv, consume):
+    def stream(self, argv, consume, bound=None):
         """Run argv and hand its stdout, as bytes, to consume(read) while it
-        runs: for output too large to hold (a zfs send stream). stderr is
-        drained by a thread, so the command never blocks on it; a timer
-        kills the command at its bound (CommandTimeout). Returns (Result
-        with out "", what consume returned). When consume fails with a
-        StorageError because the command failed (its stdout ended early),
-        the Result tells the command's error and the value is None; any
-        other failure of consume kills the command and passes on."""
-        bound = _bound(argv)
+        runs: for output too large to hold (a zfs send stream). read(n)
+        returns up to n bytes as they come, b"" at the end; stderr is
+        drained by a thread, so the command never blocks on it. No read
+        waits past the command's bound: there the command is killed and
+        given up on (CommandTimeout), its output unread. A zfs send stuck
+        in the kernel (a suspended pool) survives SIGKILL and keeps its
+        stdout open, so waiting for the end of it would hold the call, and
+        the SR lock, until a reboot. Returns (Result with out "", what
+        consume returned). When consume fails with a StorageError because
+        the command failed (its stdout ended early), the Result tells the
+        command's error and the value is None; any other failure of
+        consume kills the command and passes on."""
+        bound = _bound(argv, bound)   # own bound: see stream()
         start = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=_env(), close_fds=True)
+            _argv_bytes(argv), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+            close_fds=True, bufsize=0)
         err = []
         drain = threading.Thread(target=lambda: err.append(proc.stderr.read()))
         drain.daemon = True
         drain.start()
-        timer = threading.Timer(bound, proc.kill)
-        timer.daemon = True
-        timer.start()
         value, failure = None, None
         try:
-            value = consume(proc.stdout.read)
+            value = consume(_bounded_reader(proc.stdout.fileno(),
+                                            start + bound))
+        except _PastBound:
+            raise _abandon(proc, argv, bound) from None
         except errors.StorageError as exc:
             failure = exc
         except BaseException:
@@ -148,18 +159,66 @@ class SubprocessRunner(object):
             raise
         finally:
             proc.stdout.close()
-            timer.cancel()
         if failure is not None:
             proc.kill()    # no effect if it has exited already
         rc = _wait(proc, argv, bound)
         drain.join(KILL_GRACE)
-        if time.monotonic() - start >= bound and (rc < 0 or failure):
-            raise _stream_timeout(argv, bound)
         if failure is not None and rc <= 0:
             raise failure
         result = Result(argv, rc, "", b"".join(err).decode("utf-8", "replace"))
         self._done(result, start)
         return result, value
+
+
+class _PastBound(Exception):
+    """A stream's read reached the command's bound."""
+
+
+_PIPE_READ = 1 << 16   # a pipe's capacity: asking more allocates in vain
+
+
+def _bounded_reader(fd, deadline):
+    """read(n) on the pipe fd: up to n bytes as they come, b"" at its end;
+    raises _PastBound instead of waiting past deadline (monotonic)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+
+    def read(n):
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(int(math.ceil(left * 1000))):
+            raise _PastBound()
+        return os.read(fd, min(n, _PIPE_READ))
+    return read
+
+
+def _abandon(proc, argv, bound):
+    """The CommandTimeout of a stream past its bound, once proc is killed
+    and, if it does not die within KILL_GRACE (stuck in the kernel), left
+    behind: it dies when its I/O ends. Its stderr stays with the drain
+    thread, which ends with the plugin (closing a pipe another thread is
+    reading could hand that thread a reused descriptor)."""
+    proc.kill()
+    try:
+        proc.wait(timeout=KILL_GRACE)
+        return _stream_timeout(argv, bound)
+    except subprocess.TimeoutExpired:
+        return _stream_timeout(argv, bound, "left behind, stuck in the "
+                               "kernel (pid %d)" % proc.pid, pid=proc.pid)
+
+
+def _argv_bytes(argv):
+    """argv as UTF-8 bytes, whatever the locale. Under Python 3.6 in the C
+    locale (dom0's daemon) Popen would encode str arguments as ASCII and
+    fail on a value an admin set by hand (a VDI named "Données") that a
+    call copies into ``zfs clone -o``. Output goes the other way with
+    "replace" (``Result``): valid UTF-8, which is all zfs-ng writes and
+    what any UTF-8 terminal types, comes back as the same text and is
+    copied byte for byte; the rare value that is not UTF-8 is copied with
+    U+FFFD in place of its bad bytes rather than carried as lone
+    surrogates, which strict encoders (meta's size check, the wire, the
+    logs) would each have to guard against. surrogateescape here is for
+    str that holds such escapes already (argv from os.environ or sys.argv)."""
+    return [a.encode("utf-8", "surrogateescape") for a in argv]
 
 
 def _env():
@@ -171,10 +230,10 @@ def _env():
     return env
 
 
-def _bound(argv):
+def _bound(argv, own=None):
     """argv's bound (timeout_for), or CommandTimeout if the call has no
     time left to start it."""
-    bound = timeout_for(argv)
+    bound = timeout_for(argv) if own is None else timeout_for(argv, own)
     if bound <= 0:
         raise errors.CommandTimeout(
             "the call ran out of time (%d s) before %s"
@@ -191,12 +250,12 @@ def _wait(proc, argv, bound):
         raise _stream_timeout(argv, bound)
 
 
-def _stream_timeout(argv, bound):
-    log.error("%s: not done after %.0f s, killed", " ".join(argv), bound)
+def _stream_timeout(argv, bound, fate="killed", pid=None):
+    log.error("%s: not done after %.0f s, %s", " ".join(argv), bound, fate)
     return errors.CommandTimeout(
-        "%s did not finish within %.0f s (killed); if a pool is involved, "
+        "%s did not finish within %.0f s (%s); if a pool is involved, "
         "check 'zpool status' for a suspended pool or a failing disk"
-        % (" ".join(argv[:4]), bound))
+        % (" ".join(argv[:4]), bound, fate), pid=pid)
 
 
 def _communicate(proc, argv, bound, data):
@@ -206,6 +265,7 @@ def _communicate(proc, argv, bound, data):
     except subprocess.TimeoutExpired:
         pass
     proc.kill()
+    left = None   # the pid of a command still running when we go on
     try:
         proc.communicate(timeout=KILL_GRACE)
         fate = "killed"
@@ -215,12 +275,13 @@ def _communicate(proc, argv, bound, data):
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()
+        left = proc.pid
         fate = "left behind, stuck in the kernel (pid %d)" % proc.pid
     log.error("%s: no answer after %.0f s, %s", " ".join(argv), bound, fate)
     raise errors.CommandTimeout(
         "%s did not finish within %.0f s (%s); if a pool is involved, "
         "check 'zpool status' for a suspended pool or a failing disk"
-        % (" ".join(argv[:4]), bound, fate))
+        % (" ".join(argv[:4]), bound, fate), pid=left)
 
 
 def _trace(path, result, seconds):
@@ -261,7 +322,7 @@ def run(argv, stdin_text=None):
     return result
 
 
-def stream(argv, consume):
+def stream(argv, consume, bound=None):
     """Run argv, its stdout (bytes) read by consume(read) as it comes:
     see SubprocessRunner.stream. Returns (Result, consume's value); the
     Result's out is empty. Never raises on rc."""
@@ -270,7 +331,9 @@ def stream(argv, consume):
         raise TypeError("argv must be a list of str: %r" % (argv,))
     start = time.monotonic()
     try:
-        result, value = _runner.stream(list(argv), consume)
+        result, value = _runner.stream(   # bound: the command's own, if
+            list(argv), consume,          # its work grows with the data
+            **({} if bound is None else {"bound": bound}))
     except OSError as exc:
         result, value = Result(list(argv), 127, "", "%s: %s" % (argv[0], exc)), None
     log.debug("stream: %s: rc=%d in %.2fs%s", " ".join(argv), result.rc,
@@ -315,7 +378,7 @@ def spawn_detached(argv):
             isinstance(a, str) for a in argv):
         raise TypeError("argv must be a list of str: %r" % (argv,))
     log.debug("spawn: %s", " ".join(argv))
-    args = [a.encode("utf-8", "surrogateescape") for a in argv]
+    args = _argv_bytes(argv)
     env = _env()
     pid = os.fork()
     if pid == 0:   # the middle process: never returns
