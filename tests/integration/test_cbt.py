@@ -334,3 +334,94 @@ def test_three_concurrent_backup_chains(plugin, sr):
     assert plugin("SR.ls", sr=sr) == []
     assert sh("zfs", "list", "-H", "-t", "all", "-r", "-o", "name",
               sr).split() == [sr]
+
+
+def _zfsng():
+    """The plugin's own modules (this checkout's), to call the two ways of
+    listing directly."""
+    import sys
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "..", "volume")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    from zfsng import blockmap, zfs
+    return blockmap, zfs
+
+
+def _granules(ranges):
+    return set(i for a, b in ranges for i in range(a // G, (b + G - 1) // G))
+
+
+def test_block_births_list_exactly_what_both_snapshots_compared_show(
+        plugin, dp, sr):
+    """The list from the block pointers' birth times (zdb, metadata only)
+    against both snapshots read and compared 64 KiB block by block, and
+    against the incremental send it replaces: random data, zeros over data
+    (holes under compression), a discard, a few bytes in a zeroed block (an
+    embedded block pointer), writes into never-written space, zeros into
+    never-written space (no change)."""
+    blockmap, zfs = _zfsng()
+    rnd = random.Random(21)
+    size = 96 * MiB
+    vol = plugin("Volume.create", sr=sr, name="births", description="",
+                 size=size, sharable=False)
+    plugin("Volume.enable_cbt", sr=sr, key=vol["key"])
+    ds = dataset_of(vol)
+    write(ds, 0, os.urandom(24 * MiB))
+    write(ds, 40 * MiB + 100, b"tiny")             # an embedded block
+    a = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    for _ in range(40):
+        write(ds, rnd.randrange(0, size - 200 * KiB),
+              os.urandom(rnd.randrange(1, 150 * KiB)))
+    write(ds, 2 * MiB + 3 * KiB, b"\0" * (200 * KiB))   # zeros over data
+    discard(ds, 8 * MiB, 256 * KiB)
+    write(ds, 30 * MiB + 7, b"small")               # embedded, fresh space
+    write(ds, 41 * MiB, os.urandom(64 * KiB))       # fresh space
+    write(ds, 60 * MiB, b"\0" * MiB)                # zeros on zeros
+    b = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    want = truth(content(dp, a), content(dp, b))
+    got = changed(plugin, sr, a["key"], b["key"], size)
+    assert got == want, (sorted(want - got), sorted(got - want))
+    # the method itself, on the two snapshots' datasets
+    names = [n for n in sh("zfs", "list", "-H", "-t", "snapshot", "-o",
+                           "name", "-s", "createtxg", "-r", ds).split()]
+    snap_a, snap_b = [n for n in names if n.endswith(("@" + a["key"],
+                                                      "@" + b["key"]))]
+    block = int(sh("zfs", "get", "-Hp", "-o", "value", "volblocksize",
+                   ds).strip())
+    born, data_b = zfs.born_since(zfs.createtxg(snap_a), snap_b, block, 600)
+    _, data_a = zfs.born_since(0, snap_a, block, 600)
+    by_births = _granules(blockmap.union(
+        born, blockmap.subtract(data_a, data_b)))
+    assert by_births == want, (sorted(want - by_births),
+                               sorted(by_births - want))
+    writes, frees = zfs.send_changes(snap_a, snap_b)
+    by_send = _granules(blockmap.union(writes,
+                                       blockmap.intersect(frees, data_a)))
+    assert by_send == by_births
+    # a snapshot's data blocks are where it reads non-zero, and only there
+    # may it read non-zero (a block of zeros may be stored: no compression)
+    whole = content(dp, b)
+    nonzero = set(i for i in range(size // G)
+                  if whole[i * G:(i + 1) * G].strip(b"\0"))
+    assert nonzero <= _granules(data_b)
+    # the list to the live disk while a guest keeps writing elsewhere
+    stop = []
+
+    def writer():
+        while not stop:
+            write(ds, 80 * MiB + rnd.randrange(0, 8 * MiB), os.urandom(4096))
+    import threading
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        write(ds, 50 * MiB + 5, b"live")
+        got = changed(plugin, sr, b["key"], vol["key"], size)
+    finally:
+        stop.append(True)
+        thread.join()
+    assert (50 * MiB + 5) // G in got
+    assert got - set(range(80 * MiB // G, 88 * MiB // G + 1)) == \
+        {(50 * MiB + 5) // G}
+    for key in (b["key"], a["key"], vol["key"]):
+        plugin("Volume.destroy", sr=sr, key=key)

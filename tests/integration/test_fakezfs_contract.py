@@ -101,11 +101,11 @@ class Recorder(object):
         self.records.append((list(argv), result.rc, result.out, result.err))
         return result
 
-    def stream(self, argv, consume):
+    def stream(self, argv, consume, **bound):
         """runner.stream's seam (zfs send): kept with what consume made of
         the stream (sendstream.writes_and_frees: the range sets) as its
         stdout, in JSON."""
-        result, value = self.inner.stream(argv, consume)
+        result, value = self.inner.stream(argv, consume, **bound)
         self.records.append((list(argv), result.rc, json.dumps(value),
                              result.err))
         return result, value
@@ -239,8 +239,9 @@ def cbt_scenario(run):
     """Changed block tracking: writes between snapshots, the changed
     blocks listed (between snapshots, to the live disk, from a
     data-destroyed snapshot's bookmark), data_destroy and the destroys.
-    What zfs send carried (its writes and frees) and what zdb read are
-    compared too."""
+    What zdb read (the data blocks and those born since the base, from
+    ``zdb -ddddd``; the maxblkid of ``-dddd``) and what zfs send carried
+    (its writes and frees), where sent, are compared too."""
     d1 = run.disks[0]
     c, need = run.call, run.need
     stored = need("create SR", "SR.create", uuid=SR_A, name=POOL,
@@ -361,6 +362,7 @@ NUMERIC = {"used", "referenced", "refer", "available", "avail",
            "usedbydataset", "usedds", "usedbysnapshots", "usedsnap",
            "usedbychildren", "usedchild", "usedbyrefreservation",
            "usedrefreserv", "written", "logicalused", "createtxg",
+           "logicalreferenced",
            "creation", "size", "allocated", "alloc", "free",
            "refreservation"}
 # zdb -l keys the plugin reads (zfs._LABEL_KEYS)
@@ -425,8 +427,8 @@ def _stdout(argv, out, guids):
     if prog == "zdb" and "-dddd" in argv:
         return [line.strip() for line in out.splitlines()
                 if line.strip().startswith("dnode maxblkid:")]
-    if prog == "zfs" and verb == "send":
-        return json.loads(out)     # the stream's (writes, frees)
+    if prog == "zfs" and verb == "send" or "-ddddd" in argv:
+        return json.loads(out)     # (writes, frees); zdb: (born, data)
     if prog == "zdb":
         label = {}
         for line in out.splitlines():
@@ -441,6 +443,8 @@ def _stdout(argv, out, guids):
     if prog == "zpool" and verb == "list" and "-v" in argv:
         return [guids(line.strip().split("\t")[0])
                 for line in out.splitlines()]
+    if (prog, verb) == ("zfs", "get") and "createtxg" in argv:
+        return [_number(line) for line in out.splitlines()]   # cbt's
     if (prog, verb) in (("zfs", "list"), ("zfs", "get"),
                         ("zpool", "list")):
         columns = _option(argv, "o")

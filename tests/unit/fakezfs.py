@@ -831,6 +831,7 @@ class FakeZfs(object):
             "referenced": lambda: str(ds.refer),
             "refer": lambda: str(ds.refer),
             "logicalused": lambda: str(self._used(pool, ds)),
+            "logicalreferenced": lambda: str(ds.refer),
             "compressratio": lambda: "1.00",
             "refcompressratio": lambda: "1.00",
         }
@@ -2225,13 +2226,15 @@ class FakeZfs(object):
 
     # zfs send
 
-    def stream(self, argv, consume):
+    def stream(self, argv, consume, bound=None):
         """The runner's stream(argv, consume): the command's stdout (bytes)
         is read by consume(read); returns (Result, consume's value), as
-        runner.SubprocessRunner.stream does. Only ``zfs send`` writes a
-        stream. A failed command writes nothing: consume's StorageError
-        over the empty stream gives way to the command's Result."""
+        runner.SubprocessRunner.stream does. Only ``zfs send`` and ``zdb
+        -ddddd`` write a stream. A failed command writes nothing: consume's
+        StorageError over the empty stream gives way to the command's
+        Result. The bound asked for is kept in ``bounds`` (argv, bound)."""
         self.calls.append(list(argv))
+        self.bounds = getattr(self, "bounds", []) + [(list(argv), bound)]
         self._sending = _Reader([])
         try:
             result = self._run(list(argv))
@@ -2377,13 +2380,18 @@ class FakeZfs(object):
     def _zdb_objects(self, argv):
         """``zdb -e -p <dir>... -dddd <dataset> 1``: the data object of a
         zvol or snapshot, as zdb reads it from the pool's disks (dump_dnode
-        at verbosity 4: its "dnode maxblkid" line)."""
+        at verbosity 4: its "dnode maxblkid" line); with ``-ddddd``
+        (verbosity 5, read as a stream) its block tree too
+        (``_indirect_blocks``)."""
         dirs, i = [], 2
         while argv[i:i + 1] == ["-p"] and i + 1 < len(argv):
             dirs.append(argv[i + 1])
             i += 2
-        if argv[i:i + 1] != ["-dddd"] or len(argv) != i + 3 or \
-                argv[i + 2] != "1" or not dirs:
+        tree = argv[i:i + 1] == ["-ddddd"]
+        if tree and getattr(self, "_sending", None) is None:
+            raise _Unknown()    # printed to a stream only
+        if argv[i:i + 1] not in (["-dddd"], ["-ddddd"]) or \
+                len(argv) != i + 3 or argv[i + 2] != "1" or not dirs:
             raise _Unknown()
         name = argv[i + 1]
         pool = None
@@ -2400,7 +2408,7 @@ class FakeZfs(object):
                 ds.volblocksize is None:
             raise CommandError("failed to hold dataset '%s': No such file "
                                "or directory" % name, rc=2)
-        return ("Dataset %s [ZVOL], ID %d, cr_txg %d, %s, 2 objects\n\n"
+        text = ("Dataset %s [ZVOL], ID %d, cr_txg %d, %s, 2 objects\n\n"
                 "    Object  lvl   iblk   dblk  dsize  dnsize  lsize   %%full"
                 "  type\n"
                 "%10d  %3d  %5s  %5s  %5s  %6s  %5s  %6s  zvol object\n"
@@ -2410,6 +2418,55 @@ class FakeZfs(object):
                    nicenum(ds.volblocksize), nicenum(ds.refer), "512",
                    nicenum((ds.maxblkid + 1) * ds.volblocksize), "100.00",
                    ds.maxblkid))
+        if not tree:
+            return text
+        self._sending = _Reader([(text + self._indirect_blocks(ds)).encode()])
+        return ""
+
+    def _indirect_blocks(self, ds):
+        """zdb's dump_indirect of the data object (cmd/zdb/zdb.c,
+        visit_indirect, snprintf_blkptr_compact at -ddddd): every block
+        pointer with a birth, pre-order, indirect blocks of 1024 pointers
+        and 3 in the dnode as _send_records walks them. An indirect
+        block's birth is its newest child's, its fill the data blocks
+        under it; one with none is a hole. Not modelled: embedded blocks
+        (printed as EMBEDDED, fill 1) and gang blocks."""
+        block, fanout, top = ds.volblocksize, 1024, 3
+        levels = 1
+        while top * fanout ** (levels - 1) <= ds.maxblkid:
+            levels += 1
+        tiers = [dict((b, (t, 1 if data else 0))
+                      for b, (t, data) in ds.blocks.items())]
+        for level in range(1, levels):
+            above = {}
+            for blkid, (birth, fill) in tiers[-1].items():
+                old = above.get(blkid // fanout, (0, 0))
+                above[blkid // fanout] = (max(old[0], birth), old[1] + fill)
+            tiers.append(above)
+        lines = ["Indirect blocks:"]
+
+        def visit(level, index):
+            if index not in tiers[level]:
+                return              # birth 0: not printed
+            birth, fill = tiers[level][index]
+            marks = "".join("L%x" % level if l == level else " "
+                            for l in range(levels - 1, -2, -1))
+            size = block if level == 0 else 128 * KiB
+            if fill:
+                bp = "0:%x:%x %xL/%xP F=%d B=%d/%d cksum=%016x:0:0:0" % (
+                    (index + 1) * 4096, 4096, size, 4096, fill, birth, birth,
+                    index)
+            else:
+                bp = "0:0:0 %xL B=%d" % (size, birth)
+            lines.append("%16x %s%s" % (index * fanout ** level * block,
+                                        marks, bp))
+            if level and fill:
+                for child in range(index * fanout, (index + 1) * fanout):
+                    visit(level - 1, child)
+
+        for index in range(top):
+            visit(levels - 1, index)
+        return "\n".join(lines) + "\n\n"
 
 
 # --- zfs send stream records (OpenZFS include/sys/zfs_ioctl.h) ----------------

@@ -1,14 +1,18 @@
 """Changed block tracking: Volume.enable_cbt, disable_cbt,
 list_changed_blocks and data_destroy, answered from ZFS itself.
 
-Nothing is tracked while guests write. ZFS stamps every block with the
-transaction group that wrote it, and an incremental ``zfs send`` between
-two snapshots (or from a bookmark) visits exactly the blocks born between
-them: that is what ZFS replication relies on to rebuild ``to`` from
-``from``, so it misses nothing, and a crash loses nothing, since the
-stamps are on the pool. ``sendstream`` reads the stream's record headers
-(payloads skipped): the writes (data born since ``from``) and the frees
-(holes in ``to``). Its cost grows with the change, not with the disk.
+Nothing is tracked while guests write. ZFS stamps every block pointer
+with the transaction group that wrote it, and a block of ``to`` born at or
+before ``from``'s txg is the block ``from`` had there. So the changes are
+read from ``to``'s block pointers (``blockbirth``: ``zdb -ddddd``, its
+indirect blocks only, never the data): the data blocks born after
+``from`` (writes), and the places where ``to`` has no data block (holes,
+frees). The stamps are on the pool, so a crash loses nothing. The cost
+grows with the blocks ``to`` holds, not with the bytes changed; the bound
+of the read grows with the disk (``_allow``), and no SR lock is held
+while it runs. When zdb cannot answer, an incremental ``zfs send`` (which
+visits exactly the blocks born between the two, as replication relies on,
+but reads their data) gives the same writes and frees (``sendstream``).
 
 What changed between ``from`` and ``to``:
 - every write: data born since ``from`` (zeros written over data are
@@ -17,12 +21,11 @@ What changed between ``from`` and ``to``:
   has a hole here": streams also carry frees over never-written space
   (sendstream's docstring). So zfs-ng keeps, per snapshot, an
   *allocation map*: a set of ranges that holds every byte the snapshot
-  has data in (``meta.CBT_MAP``). The map of ``to`` follows from the
-  stream: ``(map(from) - frees) + writes``, since a free is a hole in
-  ``to`` and a write is data in it; list_changed_blocks stores it on
-  ``to``. A snapshot without a map (the first of a chain) gets one from
-  a full ``zfs send`` of itself (``zfs.send_data``: its data, read once,
-  within the command's bound), kept on it; if that cannot be had, the
+  has data in (``meta.CBT_MAP``). The map of ``to`` is its data blocks
+  as zdb lists them (from a stream: ``(map(from) - frees) + writes``);
+  list_changed_blocks stores it on ``to``. A snapshot without a map (the
+  first of a chain) gets one the same way (else from a full ``zfs send``
+  of itself, its data read once), kept on it; if that cannot be had, the
   end of its last block (``zfs.data_end``), else its size, bounds it.
   Xen Orchestra data-destroys each snapshot right after its backup, so
   the base of every list is a bookmark: the map is all there is to know
@@ -43,7 +46,7 @@ Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
 from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    wire, zfs
+    runner, wire, zfs
 from zfsng import volume as vol
 
 
@@ -177,23 +180,111 @@ def list_changed_blocks(dbg, sr, key, key2, offset, length):
             % key2)
     size = int(target["volsize"])
     start, stop = _window(offset, length, size)
+    block = _block_of(target)
     known = _map_of(base)
     if meta.is_snapshot(target):
-        writes, frees = zfs.send_changes(source, target["name"])
-        _store_map(target["name"], known, writes, frees)
+        changed, found = _changes(source, target["name"], known, size,
+                                  block)
+        _keep_map(target["name"], found)
     else:
-        writes, frees = _changes_to_live(sr, source, target["name"])
-    changed = blockmap.union(writes, blockmap.intersect(frees, known))
+        changed = _changes_to_live(sr, source, target["name"], known, size,
+                                   block)
     window = blockmap.intersect(changed, [(start, stop)])
     relative = [(a - start, b - start) for a, b in window]
-    log.info("changed blocks %s -> %s: %d of %d blocks (%d bytes written, "
-             "%d freed)", source, target["name"], blockmap.blocks_in(window),
+    log.info("changed blocks %s -> %s: %d of %d blocks (%d bytes changed)",
+             source, target["name"], blockmap.blocks_in(window),
              (stop - start + blockmap.GRANULARITY - 1) //
-             blockmap.GRANULARITY, blockmap.total(writes),
-             blockmap.total(blockmap.intersect(frees, [(0, size)])))
+             blockmap.GRANULARITY, blockmap.total(changed))
     return {"granularity": blockmap.GRANULARITY,
             "bitmap": wire.LongString(
                 lambda: blockmap.encoded_bitmap(relative, stop - start))}
+
+
+def _block_of(row):
+    """The volblocksize of a zvol or of a snapshot's zvol."""
+    return int(row.get("volblocksize") or
+               _volblocksize(meta.parent_of(row["name"])))
+
+
+# Bounds of the commands that list, from what they must read. zdb reads
+# the block pointers of the snapshot's data (128 bytes each, in indirect
+# blocks: _pointers); a host does millions a second, 20000 a second is a
+# pool many times slower than any healthy one. zfs send (when zdb cannot
+# answer) reads the changed data itself: 20 MiB/s of scattered reads is a
+# slow disk. Past the call's deadline, the call's is raised to fit (xapi waits
+# without limit; no SR lock is held meanwhile).
+ZDB_RATE = 20000        # block pointers a second
+SEND_RATE = 20 << 20    # bytes a second
+AFTER_READ = 60.0       # seconds kept for what follows the read
+
+
+def _changes(source, snapshot, known, size, block):
+    """(changed, map): the ranges that differ between source (a snapshot
+    or bookmark, where known says it may hold data) and snapshot, and the
+    snapshot's allocation map. From the birth times of snapshot's block
+    pointers (blockbirth: metadata only); from an incremental zfs send
+    (which reads the changed data) if zdb cannot answer."""
+    txg = _txg_in_history(source, snapshot)
+    try:
+        born, data = zfs.born_since(txg, snapshot, block, _allow(
+            ZDB_RATE, _pointers(snapshot, size, block)))
+        return blockmap.union(born, blockmap.subtract(known, data)), data
+    except errors.CommandTimeout:
+        raise
+    except errors.StorageError as exc:
+        log.warning("zdb could not list the changes of %s (%s): sending "
+                    "them instead", snapshot, exc.message)
+    writes, frees = zfs.send_changes(source, snapshot,
+                                     bound=_allow(SEND_RATE, size))
+    return (blockmap.union(writes, blockmap.intersect(frees, known)),
+            blockmap.union(blockmap.subtract(known, frees), writes))
+
+
+def _pointers(snapshot, size, block):
+    """At most how many block pointers zdb prints for snapshot: one per
+    block of the disk, and at most one indirect block's worth (1024) per
+    data block it holds (only the indirect blocks over data are read, a
+    hole's children are not)."""
+    held = int(zfs.get_one(snapshot, ["logicalreferenced"])[
+        "logicalreferenced"] or 0)
+    return min(size // block, 1024 * (held // block + 1))
+
+
+def _allow(rate, work):
+    """The bound of a command that must do work at rate at least, and the
+    call's deadline raised to hold it."""
+    bound = runner.DEFAULT_TIMEOUT + float(work) / rate
+    left = runner.remaining()
+    if left is not None and left < bound + AFTER_READ:
+        runner.start_call(bound + AFTER_READ)
+    return bound
+
+
+def _txg_in_history(source, snapshot):
+    """source's txg, once sure that source is in snapshot's history (an
+    earlier snapshot or bookmark of its zvol, or of the zvols it was
+    cloned from, before the clone): the birth times answer for no other
+    base. ZFS's own check of an incremental send, done here."""
+    txg = zfs.createtxg(source)
+    mine = source.split("@", 1)[0].split("#", 1)[0]
+    zvol, limit, strict = meta.parent_of(snapshot), zfs.createtxg(
+        snapshot), True
+    for _ in range(ROUNDS):
+        if mine == zvol:
+            if txg < limit or (txg == limit and not strict):
+                return txg
+            break
+        origin = zfs.get_one(zvol, ["origin"]).get("origin")
+        if not origin:
+            break
+        zvol, limit, strict = meta.parent_of(origin), zfs.createtxg(
+            origin), False
+    raise errors.ZfsError("cannot list the changes from %s to %s: %s is "
+                          "not an earlier snapshot of its disk"
+                          % (source, snapshot, source))
+
+
+ROUNDS = 64   # bound on a chain of clones
 
 
 def _source(base, key):
@@ -232,7 +323,7 @@ def _map_of(base):
     if not meta.is_snapshot(base):
         return [(0, int(base["volsize"]))]
     try:
-        found = zfs.send_data(name)
+        found = _data_of(base)
     except errors.StorageError as exc:
         log.warning("could not read where %s holds data (%s): bounded by "
                     "its last block", name, exc.message)
@@ -241,18 +332,27 @@ def _map_of(base):
     return found
 
 
+def _data_of(snapshot):
+    """The range set of a snapshot's data: its L0 blocks (zdb: metadata
+    only), else the writes of a full send of it (its data read once)."""
+    size, block = int(snapshot["volsize"]), _block_of(snapshot)
+    try:
+        return zfs.born_since(0, snapshot["name"], block, _allow(
+            ZDB_RATE, _pointers(snapshot["name"], size, block)))[1]
+    except errors.CommandTimeout:
+        raise
+    except errors.StorageError as exc:
+        log.warning("zdb could not list the blocks of %s (%s): sending "
+                    "it whole instead", snapshot["name"], exc.message)
+    return zfs.send_data(snapshot["name"], bound=_allow(SEND_RATE, size))
+
+
 def _data_end(snapshot):
     """The end of the snapshot's last block, else its size."""
     end = int(snapshot["volsize"])
     found = zfs.data_end(snapshot["name"], int(_volblocksize(
         meta.parent_of(snapshot["name"]))))
     return end if found is None else min(end, found)
-
-
-def _store_map(name, known, writes, frees):
-    """Keep the target's map: its data is where base's was, less what is
-    a hole now, plus what was written."""
-    _keep_map(name, blockmap.union(blockmap.subtract(known, frees), writes))
 
 
 def _keep_map(name, ranges):
@@ -266,18 +366,21 @@ def _keep_map(name, ranges):
                     exc.message)
 
 
-def _changes_to_live(sr, source, zvol):
-    """The changes up to now: a snapshot taken for the call, sent, then
-    destroyed, all under the SR lock (the collector frees it otherwise)."""
-    with lock.sr_lock(sr):
-        snap = "%s@%s%s" % (zvol, meta.CBT_SNAPSHOT, names.new_uuid())
-        zfs.snapshot(snap)
+def _changes_to_live(sr, source, zvol, known, size, block):
+    """The changes up to now, from a snapshot taken for the call. The SR
+    lock is held only to take it and to destroy it, not while it is read
+    (that may take minutes, and VM starts on the SR would wait); meanwhile
+    lock.reading keeps the collector from destroying it."""
+    snap = "%s@%s%s" % (zvol, meta.CBT_SNAPSHOT, names.new_uuid())
+    with lock.reading(snap):
+        with lock.sr_lock(sr):
+            zfs.snapshot(snap)
         try:
-            return zfs.send_changes(source, snap)
+            return _changes(source, snap, known, size, block)[0]
         finally:
             try:
-                zfs.destroy(snap)
+                with lock.sr_lock(sr):
+                    zfs.destroy(snap)
             except errors.StorageError as exc:
                 log.warning("could not destroy %s (the collector will): %s",
                             snap, exc.message)
-

@@ -83,5 +83,44 @@ def sr_lock(sr):
     return held("sr-" + sr)
 
 
+@contextlib.contextmanager
+def reading(snapshot):
+    """Held while a call reads a snapshot it took for itself, outside the
+    SR lock (cbt's list to the live disk): the collector, which frees such
+    snapshots, leaves it alone meanwhile (``being_read``). Taken before
+    the SR lock; its file goes with it."""
+    with held("reading-" + snapshot):
+        try:
+            yield
+        finally:
+            try:
+                os.unlink(_path("reading-" + snapshot))
+            except OSError:
+                pass
+
+
+def being_read(snapshot):
+    """Whether a live call holds ``reading(snapshot)``: one non-blocking
+    try, never a wait (a crashed call's flock is gone with it)."""
+    path = _path("reading-" + snapshot)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (IOError, OSError) as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    try:
+        os.unlink(path)    # a crashed call's: its name is never reused
+    except OSError:
+        pass
+    return False
+
+
 def global_lock():
     return held("pools")

@@ -13,7 +13,7 @@ for an option.
 import os
 import re
 
-from zfsng import errors, log, runner, sendstream
+from zfsng import blockbirth, errors, log, runner, sendstream
 
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
@@ -100,7 +100,7 @@ def parse_table(text, columns):
     Cells that are ``-`` become None: that is how zfs prints "no value".
     """
     rows = []
-    for line in text.splitlines():
+    for line in text.split("\n"):   # zfs's row ends (not U+2028 & co.)
         if not line:
             continue
         cells = line.split("\t")
@@ -306,23 +306,25 @@ def bookmark(snapshot, name):
     zfs("bookmark", "--", snapshot, name)
 
 
-def send_changes(base, target):
+def send_changes(base, target, bound=None):
     """(writes, frees): the range sets of target's data object that
     ``zfs send -i base target`` carries (sendstream.writes_and_frees); base
     is a snapshot or bookmark of target's zvol (or of its origin's). The
-    stream is read as it comes and never kept: its headers only."""
+    stream is read as it comes and never kept: its headers only. bound:
+    seconds (the changed data is read: the default bound caps its size)."""
     for name in (base, target):
         if name.startswith("-"):
             raise errors.InternalError("dataset name looks like an option:"
                                        " %r" % name)
     argv = ["zfs", "send", "-L", "-e", "-c", "-i", base, target]
-    result, found = runner.stream(argv, sendstream.writes_and_frees)
+    result, found = runner.stream(argv, sendstream.writes_and_frees,
+                                  bound=bound)
     if result.rc != 0:
         raise _classify(result)
     return found
 
 
-def send_data(snapshot):
+def send_data(snapshot, bound=None):
     """The range set of the snapshot's data: the writes of a full ``zfs
     send -L -e -c`` (holes come as frees and are never read; data is read
     once, within the command's bound)."""
@@ -330,7 +332,8 @@ def send_data(snapshot):
         raise errors.InternalError("dataset name looks like an option: %r"
                                    % snapshot)
     argv = ["zfs", "send", "-L", "-e", "-c", snapshot]
-    result, found = runner.stream(argv, sendstream.writes_and_frees)
+    result, found = runner.stream(argv, sendstream.writes_and_frees,
+                                  bound=bound)
     if result.rc != 0:
         raise _classify(result)
     return found[0]
@@ -343,13 +346,9 @@ def data_end(snapshot, block):
     ``-e`` with the directories of the pool's disks: zfs-ng's pools have
     no cachefile, which plain zdb needs."""
     try:
-        dirs = sorted(set(os.path.dirname(d) for d in
-                          pool_leaf_devices(snapshot.split("/", 1)[0])))
+        argv = _zdb_argv(snapshot)
     except errors.StorageError:
         return None
-    argv = ["zdb", "-e"]
-    for d in dirs:
-        argv += ["-p", d]
     result = runner.run(argv + ["-dddd", snapshot, "1"])
     found = re.search(r"dnode maxblkid: (\d+)", result.out)
     if result.rc != 0 or not found:
@@ -357,6 +356,45 @@ def data_end(snapshot, block):
                  (result.err.strip() or "exit %d" % result.rc)[-200:])
         return None
     return (int(found.group(1)) + 1) * block
+
+
+def _zdb_argv(dataset):
+    """``zdb -e -p <dir>...``: zdb reading the pool of dataset from the
+    directories of its disks."""
+    argv = ["zdb", "-e"]
+    for d in sorted(set(os.path.dirname(leaf) for leaf in
+                        pool_leaf_devices(dataset.split("/", 1)[0]))):
+        argv += ["-p", d]
+    return argv
+
+
+def createtxg(name):
+    """The txg a snapshot was taken in (a bookmark: its snapshot's)."""
+    text = zfs("get", "-Hp", "-o", "value", "-t", "all", "createtxg", "--",
+               name).strip()
+    if not text.isdigit():
+        raise errors.ZfsError("no createtxg for %s: %r" % (name, text))
+    return int(text)
+
+
+def born_since(txg, snapshot, block, bound):
+    """(born, data): the range sets of the snapshot's data blocks born
+    after txg, and of all of them, from the birth times of its block
+    pointers (``zdb -ddddd <snapshot> 1``, blockbirth): metadata only,
+    read as it comes, within bound seconds. The snapshot must be on disk:
+    zdb reads the pool from its disks, as the last synced txg left it
+    (``zfs snapshot`` returns once its txg synced)."""
+    if snapshot.startswith("-") or "@" not in snapshot:
+        raise errors.InternalError("not a snapshot name: %r" % snapshot)
+    argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]
+    result, found = runner.stream(
+        argv, lambda read: blockbirth.parse(read, txg, block), bound=bound)
+    if result.rc != 0:
+        raise errors.ZfsError("zdb could not read the block tree of %s "
+                              "(exit %d): %s" % (
+                                  snapshot, result.rc,
+                                  result.err.strip()[-300:] or "no message"))
+    return found
 
 
 # --- pools ----------------------------------------------------------------
