@@ -22,11 +22,13 @@ happens, the scenario ends by healing its maps and blanking the disks.
     pool-full    thin VDIs fill a small pool; calls fail typed, keys and
                  names survive, destroys always work and give space back
     slow-disk    every I/O waits (dm-delay); calls finish in their bounds
-                 or fail typed, and nothing is left half-done
+                 or fail typed, and nothing is left half-done; no VDI of a
+                 call that failed is listed, and the next call frees it
 """
 
 import collections
 import hashlib
+import os
 import random
 import subprocess
 import time
@@ -379,7 +381,9 @@ def _disk_loss(book, rnd, quick, scene, kind):
                              "keys": {"fault": token}}
     snap = book.call("Volume.snapshot", sr=sr, key=images[0].key)
     model[snap["key"]] = {"name": "d0", "size": images[0].size, "keys": {}}
+    chain = _cbt_chain(book, sr, images[0], data_rnd, model)
     check_hashes(book, images, "before the fault")
+    _cold_cache(book, scene, images)
     book.call("SR.stat", sr=sr)     # the answer kept for a dead pool
 
     # the last VDI gets new data while the disk dies: dd waits in the
@@ -446,6 +450,7 @@ def _disk_loss(book, rnd, quick, scene, kind):
     if error is None:
         model[target]["size"] = grown
     call("Volume.stat", key=target)
+    _stream_calls(book, call, target, chain, what)
     _, detach_error = call("SR.detach")
     # no lock stays held: a later call that needs the SR lock is refused
     # for the pool, not for a lock (SrBusy) forever
@@ -489,6 +494,49 @@ def _disk_loss(book, rnd, quick, scene, kind):
             sr2, error))
     _judge_back(book, sr, scene.pool, model, "after the heal",
                 lambda listed: check_hashes(book, images, "after the heal"))
+
+
+def _cbt_chain(book, sr, image, rnd, model):
+    """(first, second): two CBT snapshots of image's VDI, all of it
+    written again between them; first is the first of its chain, with no
+    allocation map yet."""
+    book.call("Volume.enable_cbt", sr=sr, key=image.key)
+    first = book.call("Volume.snapshot", sr=sr, key=image.key)
+    image.fill(rnd)
+    second = book.call("Volume.snapshot", sr=sr, key=image.key)
+    for snap in (first, second):
+        model[snap["key"]] = {"name": model[image.key]["name"],
+                              "size": image.size, "keys": {}}
+    return first["key"], second["key"]
+
+
+def _cold_cache(book, scene, images):
+    """The SR detached and attached again: its pool exported and imported,
+    so the ARC holds none of its data (only the metadata the listing
+    reads back), and the zfs sends of _stream_calls read the dead disk."""
+    book.call("SR.detach", sr=scene.sr)
+    book.call("SR.attach", configuration=scene.stored)
+    scene.listed()
+    for image in images:
+        wait_zvol(scene.sr, image.key)
+
+
+def _stream_calls(book, call, target, chain, what):
+    """The calls that read a zfs send stream as it comes (runner.stream):
+    a list to the live disk and between two snapshots from the first of a
+    chain, and the data_destroy of that first snapshot (it has no map:
+    one is made from a full send). A send stuck in the kernel survives its
+    kill and keeps its stdout open: the call must still return, typed."""
+    first, second = chain
+    call("Volume.list_changed_blocks", key=first, key2=target, offset=0,
+         length=-1)
+    call("Volume.list_changed_blocks", key=first, key2=second, offset=0,
+         length=-1)
+    call("Volume.data_destroy", key=first)
+    running = subprocess.run(["pgrep", "-a", "-x", "zfs|zdb"],
+                             stdout=subprocess.PIPE).stdout.decode()
+    book.note("commands left running %s after the stream calls: %s" % (
+        what, "; ".join(running.splitlines()) or "none"))
 
 
 def _judge_back(book, sr, pool, model, what, check_data):
@@ -882,6 +930,9 @@ def _slow_disk(book, rnd, quick, scene):
     # calls that failed but whose command may still finish in the kernel:
     # the names a VDI they made would carry, the VDIs they may destroy
     failed_names, maybe_gone = [], set()
+    # of failed calls: the plugin's records, what they made on the pool;
+    # every VDI a call returned
+    seen = {"records": set(), "made": set(), "returned": set(live)}
     outcomes = []
     for step in range(8 if quick else 20):
         op = rnd.choice(ops)
@@ -893,6 +944,7 @@ def _slow_disk(book, rnd, quick, scene):
                                    size=4 * MiB, sharable=False)
             if result:
                 live[result["key"]] = result["name"]
+                seen["returned"].add(result["key"])
             else:
                 failed_names.append("c%d" % step)
         elif op == "snapshot":
@@ -901,6 +953,7 @@ def _slow_disk(book, rnd, quick, scene):
                                    sr=sr, key=source)
             if result:
                 snaps[result["key"]] = result["name"]
+                seen["returned"].add(result["key"])
             else:
                 failed_names.append(live[source])
         elif op == "clone":
@@ -909,6 +962,7 @@ def _slow_disk(book, rnd, quick, scene):
                                    sr=sr, key=source)
             if result:
                 live[result["key"]] = result["name"]
+                seen["returned"].add(result["key"])
             else:
                 failed_names.append(live.get(source) or snaps[source])
         elif op == "set":
@@ -935,14 +989,59 @@ def _slow_disk(book, rnd, quick, scene):
             _, error = judged(book, "Volume.stat", bound, what, sr=sr,
                               key=rnd.choice(sorted(live)))
         else:
-            _, error = judged(book, "SR.ls", bound, what, sr=sr)
+            got, error = judged(book, "SR.ls", bound, what, sr=sr)
+            extra = sorted(set(v["key"] for v in got or ()) -
+                           set(live) - set(snaps))
+            book.expect(not extra, "SR.ls %s lists %s, which no call that "
+                        "returned made" % (what, extra))
+        if error and op in ("create", "snapshot", "clone"):
+            _after_failed_call(book, sr, bound, live, snaps, seen)
         outcomes.append("%s:%s" % (op, error or "ok"))
+    # Calls of one command, the one that makes their VDI: a snapshot, and
+    # a clone of a snapshot VDI. Any timeout of theirs may leave a VDI
+    # behind (the random calls above mostly time out before that).
+    for source in [k for k in sorted(live) if k not in maybe_gone][:2]:
+        result, error = judged(book, "Volume.snapshot", bound, what, sr=sr,
+                               key=source)
+        outcomes.append("snapshot:%s" % (error or "ok"))
+        if error:
+            failed_names.append(live[source])
+            _after_failed_call(book, sr, bound, live, snaps, seen)
+            continue
+        snaps[result["key"]] = result["name"]
+        seen["returned"].add(result["key"])
+        result, error = judged(book, "Volume.clone", bound, what, sr=sr,
+                               key=result["key"])
+        outcomes.append("clone:%s" % (error or "ok"))
+        if error:
+            failed_names.append(live[source])
+            _after_failed_call(book, sr, bound, live, snaps, seen)
+        else:
+            live[result["key"]] = result["name"]
+            seen["returned"].add(result["key"])
     book.note("calls %s: %s" % (what, " ".join(outcomes)))
+    book.note("failed calls the plugin recorded (their VDI's command had "
+              "run): %d; what they made, seen on the pool: %s" % (
+                  len(seen["records"]), sorted(seen["made"])))
     scene.default_bounds()
     disk.linear()
     book.expect(wait_quiet(), "zfs commands left by bounded calls still "
                 "run")
-    _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone)
+    _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone,
+                     seen["returned"])
+
+
+def _after_failed_call(book, sr, bound, live, snaps, seen):
+    """Right after a create, snapshot or clone failed: what it made (its
+    command may have finished in the kernel, or still run) is not listed;
+    the plugin's records and the pool say whether it made anything."""
+    seen["records"].update(_records(sr))
+    seen["made"].update(_of_failed_calls(sr, seen["returned"]))
+    got, error = judged(book, "SR.ls", bound, "after a failed call", sr=sr)
+    extra = sorted(set(v["key"] for v in got or ()) - set(live) -
+                   set(snaps))
+    book.expect(not extra, "SR.ls right after a call failed lists %s, "
+                "which no call that returned made" % extra)
 
 
 def _leftovers(sr):
@@ -963,13 +1062,43 @@ def _leftovers(sr):
     return found
 
 
-def _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone):
-    """What the slow disk left, judged by zfs-ng's contract (README, and
-    tests/unit/test_crash_points.py): every VDI whose create returned is
-    listed, none whose destroy returned; a VDI made by a call that failed
-    (its command finished in the kernel after the plugin gave up on it) is
-    whole and listed, for xapi's next scan to introduce, never half-made:
-    it carries the name the call gave it and can be destroyed."""
+# where the plugin records the VDIs of calls that failed (abandoned.DIR)
+ABANDONED_DIR = "/var/lib/zfs-ng/abandoned"
+
+
+def _of_failed_calls(sr, returned):
+    """The datasets of sr that calls which failed made (their commands
+    finished in the kernel after the plugin gave up on them): a VDI's
+    zvol or snapshot (its own uuid in its vdi property) that no call
+    returned, and a create's .new zvol."""
+    found = []
+    for line in sh("zfs", "list", "-H", "-r", "-t", "volume,snapshot",
+                   "-o", "name,org.xcp-ng.zfs-ng:vdi", sr).splitlines():
+        name, vdi = line.split("\t")
+        own = name.rsplit("@", 1)[-1].rsplit("/", 1)[-1]
+        if name.endswith(".new") or (vdi == own and vdi not in returned):
+            found.append(name)
+    return found
+
+
+def _records(sr):
+    """The plugin's records of calls that failed on sr (file names)."""
+    try:
+        return sorted(n for n in os.listdir(os.path.join(ABANDONED_DIR, sr))
+                      if n.endswith(".json"))
+    except OSError:
+        return []
+
+
+def _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone,
+                     returned):
+    """What the slow disk left, judged by zfs-ng's contract (README): a
+    call that reported failure leaves nothing xapi will find, even when
+    its command finished in the kernel after the plugin gave up on it: no
+    VDI of a failed call is ever listed, and the next call that changes
+    the SR frees what it made (the plugin recorded it before answering:
+    volume/zfsng/abandoned.py); every VDI whose create returned is listed,
+    none whose destroy returned."""
     sr = scene.sr
     listed = scene.listed()
     want = set(live) | set(snaps)
@@ -977,28 +1106,31 @@ def _judge_leftovers(book, scene, live, snaps, failed_names, maybe_gone):
     for key in missing:
         book.lost_vdi(key)
     extra = sorted(set(listed) - want)
+    book.expect(not extra, "after the slow disk, VDIs no call that returned "
+                "made are listed: %s" % [(k, listed[k]["name"])
+                                         for k in extra])
+    made = _of_failed_calls(sr, returned)
     book.note("after the slow disk: %d VDIs listed, %d expected; %d calls "
-              "that would have made one failed, %d of them made it anyway "
-              "(whole, listed: %s)" % (
-                  len(listed), len(want), len(failed_names), len(extra),
-                  [listed[k]["name"] for k in extra]))
-    names = list(failed_names)
-    for key in extra:
-        name = listed[key]["name"]
-        if book.expect(name in names, "VDI %s (%r) is listed, but no call "
-                       "that failed would have made it" % (key, name)):
-            names.remove(name)
-        got, error = book.attempt("Volume.stat", sr=sr, key=key)
-        book.expect(error is None and got["name"] == name,
-                    "VDI %s of a failed call is half-made: Volume.stat %s"
-                    % (key, error or got))
+              "that would have made one failed; on the pool, made by them "
+              "anyway and not listed: %s; records: %s" % (
+                  len(listed), len(want), len(failed_names), made,
+                  _records(sr)))
     left = _leftovers(sr)
     book.note("half-done objects before the next call: %s" % left)
-    # the next call that changes the SR collects them
+    # the next call that changes the SR frees and collects them
     vol = scene.create(MiB, "next")
     book.call("Volume.destroy", sr=sr, key=vol["key"])
     left = _leftovers(sr)
     book.expect(not left, "the collector left %s" % left)
+    made = _of_failed_calls(sr, returned | {vol["key"]})
+    book.expect(not made, "after the next call, the pool still holds what "
+                "calls that failed made: %s" % made)
+    book.expect(not _records(sr), "after the next call, records of failed "
+                "calls remain: %s" % _records(sr))
+    listed = scene.listed()
+    book.expect(set(listed) <= want, "after the next call, VDIs no call "
+                "that returned made are listed: %s" % sorted(
+                    set(listed) - want))
     # everything still works: every listed VDI can be destroyed
     listed = scene.listed()
     for key in sorted(listed, key=lambda k: (listed[k]["read_write"], k)):

@@ -70,8 +70,8 @@ for _dir in ("tests/unit", "volume", "datapath"):
         sys.path.insert(0, _path)
 
 import fakezfs  # noqa: E402
-from zfsng import alert, cleanup, errors, lock, names, runner, wire, \
-    zfs  # noqa: E402
+from zfsng import abandoned, alert, cleanup, errors, lock, names, \
+    runner, wire, zfs  # noqa: E402
 from zfsng import main as volmain  # noqa: E402
 from zfsng import zvoldev  # noqa: E402
 from zfsng_datapath import state  # noqa: E402
@@ -312,6 +312,7 @@ def _isolate(monkeypatch, tmp):
     os.makedirs(tmp)
     monkeypatch.setattr(lock, "RUN_DIR", os.path.join(tmp, "run"))
     monkeypatch.setattr(cleanup, "PLAN_DIR", os.path.join(tmp, "destroy"))
+    monkeypatch.setattr(abandoned, "DIR", os.path.join(tmp, "abandoned"))
     monkeypatch.setattr(alert, "XE", os.path.join(tmp, "no-xe"))
     monkeypatch.setattr(state, "RUN_DIR", os.path.join(tmp, "dp"))
     monkeypatch.setattr(names, "new_uuid", _uuids())

@@ -26,8 +26,8 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import alert, cleanup, hostid, lock, main, runner, \
-    wire  # noqa: E402
+from zfsng import abandoned, alert, cleanup, hostid, lock, main, \
+    runner, wire  # noqa: E402
 
 import fakezfs  # noqa: E402
 
@@ -49,9 +49,10 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def isolated(run_dir, monkeypatch, tmp_path):
     """No real command; locks in the session's own directory, SR.destroy's
-    saved clean-up plans in the test's own."""
+    saved clean-up plans and records of failed calls in the test's own."""
     monkeypatch.setattr(lock, "RUN_DIR", run_dir)
     monkeypatch.setattr(cleanup, "PLAN_DIR", str(tmp_path / "destroy"))
+    monkeypatch.setattr(abandoned, "DIR", str(tmp_path / "abandoned"))
     monkeypatch.setattr(alert, "XE", os.path.join(run_dir, "no-xe"))
     # This host's ZFS hostid, as zgenhostid writes it (multihost needs one)
     hostid_file = os.path.join(run_dir, "hostid")

@@ -16,16 +16,21 @@ What it frees (the kinds are ``meta``'s):
   its properties (``meta.is_unmarked_clone``: of a Volume.clone that never
   returned, of a reset's rotation, or a datapath clone without its mark),
   and a zvol whose Volume.create never returned
-  (``meta.is_unfinished_create``).
+  (``meta.is_unfinished_create``);
+- what a Volume.create, snapshot or clone that reported failure made
+  anyway (a command the runner gave up on finished in the kernel), once
+  no command on it runs (``free_abandoned``: ``abandoned`` has the
+  records).
 Snapshots destroyed deferred are freed by ZFS itself with their last clone.
 
 The volume plugin runs ``collect`` at SR.attach and at Volume.destroy
-whenever the SR holds anything hidden or half-done; the datapath runs
-``sweep_clones`` at attach, detach, open and close. Callers hold the SR
-lock.
+whenever the SR holds anything hidden or half-done, and
+``free_abandoned`` at every Volume call that changes the SR; the datapath
+runs ``sweep_clones`` at attach, detach, open and close. Callers hold the
+SR lock.
 """
 
-from zfsng import errors, inventory, log, meta, zfs
+from zfsng import abandoned, errors, inventory, lock, log, meta, zfs
 
 ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 
@@ -41,7 +46,8 @@ def garbage(rows):
         elif meta.is_unmarked_clone(row) or meta.is_unfinished_create(row):
             actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and not meta.clones_of(row):
-            actions.append(("destroy", row["name"]))
+            if not lock.being_read(row["name"]):   # cbt's, outside the lock
+                actions.append(("destroy", row["name"]))
         elif meta.is_internal(row) and row.get("defer_destroy") != "on":
             actions.append(("defer", row["name"]))
     return actions
@@ -58,6 +64,8 @@ def needed(rows):
 def collect(sr, rows=None):
     """Free what nothing needs any more, until nothing is left to free.
     rows: the SR's listing (inventory.rows), if the caller has it."""
+    if _free_recorded(sr, rows):
+        rows = None
     for _ in range(ROUNDS):
         rows = inventory.rows(sr) if rows is None else rows
         actions = garbage(rows)
@@ -73,6 +81,55 @@ def collect(sr, rows=None):
                 pass  # freed by ZFS itself (deferred) meanwhile
         rows = None
     log.warning("collect: still work left after %d rounds", ROUNDS)
+
+
+def free_abandoned(sr):
+    """Destroy what calls that reported failure made anyway, once their
+    commands are gone, then what that frees (an internal snapshot whose
+    clone it was). Cheap when there is nothing: no command. Never raises:
+    what it could not destroy stays recorded, the next call retries."""
+    if not abandoned.finished(sr):
+        return
+    try:
+        collect(sr)
+    except errors.StorageError as exc:
+        log.warning("collect %s: %s", sr, exc.message)
+
+
+def _free_recorded(sr, rows=None):
+    """Destroy the datasets of the finished records of sr (the ones on the
+    pool: their names are the records', the pool says which exist) and
+    drop the records. Whether it destroyed anything."""
+    done = abandoned.finished(sr)
+    if not done:
+        return False
+    present = set(r["name"] for r in (rows or inventory.rows(sr)))
+    freed = False
+    for key, datasets in done:
+        left = [d for d in datasets if d in present and
+                d.startswith(sr + "/")]
+        try:
+            for name in left:
+                log.info("collect: destroy %s, made by a call that failed "
+                         "(VDI %s)", name, key)
+                _destroy(name, recursive="@" not in name)
+                freed = True
+        except errors.StorageError as exc:
+            log.warning("collect: %s stays recorded: %s", key, exc.message)
+            continue
+        try:
+            abandoned.drop(sr, key)
+        except OSError as exc:
+            log.warning("collect: cannot drop the record of %s: %s", key,
+                        exc)
+    return freed
+
+
+def _destroy(name, recursive):
+    try:
+        zfs.destroy(name, recursive=recursive)
+    except errors.DatasetNotFound:
+        pass
 
 
 def sweep_clones(sr, in_use, freed=False):

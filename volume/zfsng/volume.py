@@ -26,10 +26,20 @@ them, and repairs what a crash between two commands left (an internal
 snapshot without its clone or without its deferred mark). SR.attach runs
 it, and so does Volume.destroy whenever the SR holds anything hidden or
 half-done: no manual step, and no leak past the next destroy or attach.
+
+A call that reports failure leaves nothing xapi will find. A command the
+runner gave up on (``CommandTimeout``) may still finish in the kernel, and
+the VDI it makes would appear at the next scan. So create, snapshot and
+clone record a failure from their VDI's first visible command on
+(``abandoned.making``), before it goes to xapi; SR.ls and the lookups
+leave recorded VDIs out, and every call that changes the SR first frees
+the ones whose command is gone (``_locked``, ``collect.free_abandoned``).
 """
 
-from zfsng import collect, errors, inventory, lock, log, meta, names, wire, \
-    zfs
+import contextlib
+
+from zfsng import abandoned, collect, errors, inventory, lock, log, meta, \
+    names, wire, zfs
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -140,8 +150,10 @@ def list_volumes(sr):
     if not rows or rows[0]["name"] != sr:
         raise errors.Sr_not_attached(sr)
     inventory.check_sr_row(sr, rows[0])
-    return _listed(meta.vdi_rows(
-        [r for r in rows[1:] if r["type"] != "filesystem" and meta.in_sr(r, sr)]))
+    failed = abandoned.recorded(sr)   # made by calls that reported failure
+    return _listed([r for r in meta.vdi_rows(
+        [r for r in rows[1:] if r["type"] != "filesystem" and meta.in_sr(r, sr)])
+        if r[meta.VDI_UUID] not in failed])
 
 
 def _listed(rows):
@@ -174,8 +186,8 @@ def find(sr, key):
     SR's listing, since its parent is not known from the key (and so does
     a stand-in: see meta.is_stand_in).
     """
-    if not names.is_uuid(key):
-        raise errors.Volume_does_not_exist(key)
+    if not names.is_uuid(key) or abandoned.is_recorded(sr, key):
+        raise errors.Volume_does_not_exist(key)   # (a failed call's)
     try:
         row = zfs.get_one(meta.vdi_dataset(sr, key), meta.VOLUME_COLUMNS,
                           types="volume")
@@ -192,6 +204,16 @@ def find(sr, key):
 
 # --- the methods ---------------------------------------------------------------
 
+@contextlib.contextmanager
+def _locked(sr):
+    """The SR lock for a call that changes the SR; what calls that
+    reported failure made anyway is freed first, once no command on it
+    runs (``abandoned``)."""
+    with lock.sr_lock(sr):
+        collect.free_abandoned(sr)
+        yield
+
+
 def _vdi_props(key, name, description, sharable, keys=None):
     return {
         meta.VDI_UUID: key,
@@ -206,7 +228,7 @@ def _vdi_props(key, name, description, sharable, keys=None):
 def create(dbg, sr, name, description, size, sharable):
     if size <= 0:
         raise errors.InvalidArgument("size must be positive, got %d" % size)
-    with lock.sr_lock(sr):
+    with _locked(sr):
         row = inventory.sr_row(sr)
         block = int(row[meta.SR_VOLBLOCKSIZE])
         rounded = _checked_size(size, block)
@@ -223,12 +245,15 @@ def create(dbg, sr, name, description, size, sharable):
         # left half-made).
         creating = meta.creating_name(sr, key)
         zfs.create_volume(creating, rounded, props, sparse=thin)
-        try:
-            zfs.rename(creating, dataset)
-        except errors.StorageError:
-            _discard(creating)   # a refused create leaves nothing behind
-            raise
-        return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+        with abandoned.making(sr, key, [dataset, creating]):
+            try:
+                zfs.rename(creating, dataset)
+            except errors.CommandTimeout:
+                raise             # may still run: the record frees it
+            except errors.StorageError:
+                _discard(creating)   # a refused create leaves nothing
+                raise
+            return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
 @wire.method("Volume.stat")
@@ -239,7 +264,7 @@ def stat(dbg, sr, key):
 
 @wire.method("Volume.snapshot")
 def snapshot(dbg, sr, key):
-    with lock.sr_lock(sr):
+    with _locked(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
         if meta.is_snapshot(row) or meta.is_data_destroyed(row):
@@ -257,13 +282,14 @@ def snapshot(dbg, sr, key):
         # does not change what the snapshot was taken with
         props[meta.CBT_ENABLED] = meta.encode_bool(
             row.get(meta.CBT_ENABLED) == "true")
-        zfs.snapshot(name, props)
-        return _to_volume(zfs.get_one(name, meta.VOLUME_COLUMNS))
+        with abandoned.making(sr, new, [name]):
+            zfs.snapshot(name, props)
+            return _to_volume(zfs.get_one(name, meta.VOLUME_COLUMNS))
 
 
 @wire.method("Volume.clone")
 def clone(dbg, sr, key):
-    with lock.sr_lock(sr):
+    with _locked(sr):
         row = inventory.sr_row(sr)
         thick = row[meta.SR_PROVISIONING] == "thick"
         source = find(sr, key)
@@ -278,19 +304,23 @@ def clone(dbg, sr, key):
             props["refreservation"] = "auto"
         if meta.is_snapshot(source):
             log.info("clone %s -> %s", source["name"], dataset)
-            zfs.clone(source["name"], dataset, props)
-        else:
-            internal = meta.internal_snapshot(source["name"], new)
-            log.info("clone live %s via %s -> %s", source["name"], internal,
-                     dataset)
-            zfs.snapshot(internal)
+            with abandoned.making(sr, new, [dataset]):
+                zfs.clone(source["name"], dataset, props)
+                return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+        internal = meta.internal_snapshot(source["name"], new)
+        log.info("clone live %s via %s -> %s", source["name"], internal,
+                 dataset)
+        zfs.snapshot(internal)
+        with abandoned.making(sr, new, [dataset]):
             try:
                 zfs.clone(internal, dataset, props)
+            except errors.CommandTimeout:
+                raise   # may still run: the collector frees internal
             except errors.StorageError:
                 _discard(internal)  # a refused clone leaves nothing behind
                 raise
             zfs.destroy(internal, defer=True)  # goes with the clone
-        return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+            return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
 
 
 def _discard(name):
@@ -304,7 +334,7 @@ def _discard(name):
 
 @wire.method("Volume.destroy")
 def destroy(dbg, sr, key):
-    with lock.sr_lock(sr):
+    with _locked(sr):
         inventory.sr_row(sr)
         rows = inventory.rows(sr)
         pending = collect.needed(rows)
@@ -377,7 +407,7 @@ def _hide_set_aside(rows, key, name):
 
 @wire.method("Volume.resize")
 def resize(dbg, sr, key, new_size):
-    with lock.sr_lock(sr):
+    with _locked(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
         _read_only(row, key, "resized")
@@ -416,7 +446,7 @@ def _restore_size(name, size):
 
 def _update(sr, key, change):
     """Read-modify-write of one VDI's properties under the SR lock."""
-    with lock.sr_lock(sr):
+    with _locked(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
         zfs.set_props(row["name"], change(row))
