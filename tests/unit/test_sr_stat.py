@@ -249,11 +249,13 @@ def test_set_description_round_trips(fake, text):
     assert (stat["name"], stat["description"]) == ("kept", text)
 
 
-def test_names_are_stored_as_ascii_json(fake):
+def test_names_are_stored_as_utf8_json(fake):
+    """Control characters escaped (one line of zfs -H output), the rest
+    as the characters themselves: zfs list shows the name."""
     sr, _ = create_sr()
     call("SR.set_name", sr=sr, new_name=u"a\tb\n\u00e9")
     [argv] = fake.ran("zfs", "set")
-    assert argv == ["zfs", "set", meta.SR_NAME + '="a\\tb\\n\\u00e9"', "tank"]
+    assert argv == ["zfs", "set", meta.SR_NAME + u'="a\\tb\\n\u00e9"', "tank"]
     value = fake.local_props("tank")[meta.SR_NAME]
     assert json.loads(value) == u"a\tb\n\u00e9"
 
@@ -270,7 +272,7 @@ def test_set_name_too_large(fake):
     sr, _ = create_sr()
     mark = len(fake.calls)
     with pytest.raises(errors.MetadataTooLarge):
-        call("SR.set_name", sr=sr, new_name=u"\u00e9" * 1500)  # 9 kB JSON
+        call("SR.set_name", sr=sr, new_name=u"\u65e5" * 2800)  # 8.4 kB
     assert fake.mutations(since=mark) == []
     assert call("SR.stat", sr=sr)["name"] == "tank"
 

@@ -371,11 +371,42 @@ def test_keys_round_trip_byte_for_byte(fake, sr, k, v):
     expected = dict(volume["keys"], **{k: v})
     assert call("Volume.stat", sr=sr, key=volume["key"])["keys"] == expected
     assert listed(sr)[volume["key"]]["keys"] == expected
-    # what is in the pool is ASCII JSON: zfs list -H's tabs and newlines
-    # cannot split it
+    # what is in the pool is JSON in UTF-8: control characters escaped
+    # (zfs list -H's tabs and newlines cannot split it), every other
+    # character as itself (zfs list shows what xapi set)
     raw = fake.local_props(zvol(sr, volume["key"]))[meta.VDI_KEYS]
-    assert raw.encode("ascii") and "\t" not in raw and "\n" not in raw
+    assert raw.encode("utf-8") and not any(ord(c) < 0x20 for c in raw)
+    assert all(c in raw for c in k + v if ord(c) > 0x7f)
     assert json.loads(raw) == expected
+
+
+def test_line_separators_stay_escaped_on_the_pool(fake, sr):
+    """U+2028, U+2029 and NEL end a line for some readers of zfs -H
+    output: kept as JSON escapes, they round-trip."""
+    volume = vdi_create(sr)
+    text = u"a\u2028b\u2029c\x85d \u00e9"
+    call("Volume.set", sr=sr, key=volume["key"], k=text, v=text)
+    call("Volume.set_name", sr=sr, key=volume["key"], new_name=text)
+    got = call("Volume.stat", sr=sr, key=volume["key"])
+    assert got["keys"][text] == text and got["name"] == text
+    props = fake.local_props(zvol(sr, volume["key"]))
+    for prop in (meta.VDI_KEYS, meta.VDI_NAME):
+        assert len(props[prop].splitlines()) == 1
+        assert u"\u00e9" in props[prop]
+
+
+def test_text_older_versions_wrote_reads_the_same(fake, sr):
+    """Before names were stored as UTF-8 characters they were JSON
+    \\u escapes: read the same."""
+    volume = vdi_create(sr)
+    name = zvol(sr, volume["key"])
+    fake.admin(u"zfs set %s='\"Disque syst\\u00e8me\"' %s"
+               % (meta.VDI_NAME, name))
+    fake.admin(u"zfs set %s='{\"cl\\u00e9\": \"\\u65e5\"}' %s"
+               % (meta.VDI_KEYS, name))
+    got = call("Volume.stat", sr=sr, key=volume["key"])
+    assert (got["name"], got["keys"]) == (u"Disque syst\u00e8me",
+                                          {u"cl\u00e9": u"\u65e5"})
 
 
 def test_all_keys_together_and_overwrite(fake, sr):

@@ -137,7 +137,32 @@ CHILD_PREFIX = "zfsng-"
 
 
 def encode_text(text):
-    return _checked(json.dumps(text))
+    """text as its JSON string, non-ASCII kept as UTF-8 characters (not
+    \\u escapes) so that ``zfs list -o`` shows it as the admin wrote it;
+    control characters stay escaped (a value is one line of zfs -H
+    output). decode_text reads both forms: what older versions wrote
+    too."""
+    return _checked(_json(text))
+
+
+# Characters some readers take for line ends (Python's splitlines): kept
+# escaped, as JSON escapes the control characters, so that a value is one
+# line for every reader of zfs -H output.
+_LINE_ENDS = ("\x85", "\u2028", "\u2029")
+
+
+def _json(value, **options):
+    """value as JSON with UTF-8 characters; with escapes if it holds
+    something UTF-8 cannot carry (a lone surrogate from undecodable
+    input)."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, **options)
+    for char in _LINE_ENDS:   # only inside JSON strings: escapes are valid
+        text = text.replace(char, "\\u%04x" % ord(char))
+    return text
 
 
 def decode_text(value, default=""):
@@ -151,7 +176,7 @@ def decode_text(value, default=""):
 
 
 def encode_keys(keys):
-    return _checked(json.dumps(keys, sort_keys=True))
+    return _checked(_json(keys, sort_keys=True))
 
 
 def decode_keys(value, dataset="?"):
