@@ -74,5 +74,12 @@ def main(argv):
     return result.rc
 
 
+def _utf8_argv(argv):
+    """argv as the plugin sent it, UTF-8 bytes (runner._argv_bytes), as
+    text: Python 3.6 in the C locale would decode them as ASCII with
+    surrogate escapes, which the fake host cannot store."""
+    return [os.fsencode(a).decode("utf-8", "replace") for a in argv]
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(_utf8_argv(sys.argv)))
