@@ -83,7 +83,7 @@ _TRANSIENT = {"list": (errno.EPROTO, errno.ENOENT), "spawn": (1,)}
 
 # allocate's output: /dev/xen/blktap-2/tapdev<N> (blktap 3.x, XCP-ng 8.x);
 # newer blktaps name it blktap<N> or .../tapdisk-<N>: the minor is the number.
-_DEVICE_RE = re.compile(r"^(/\S*?(?:tapdev|blktap|tapdisk-))([0-9]+)$")
+_DEVICE_RE = r"^(/\S*?(?:tapdev|blktap|tapdisk-))([0-9]+)$"
 
 
 # A minor whose tapdisk died keeps its block device while anything holds
@@ -131,7 +131,7 @@ def allocate():
     """Reserve a minor; return (minor, device path)."""
     out = _run(["allocate"]).strip()
     line = out.splitlines()[-1].strip() if out else ""
-    match = _DEVICE_RE.match(line)
+    match = re.match(_DEVICE_RE, line)
     if not match:
         raise TapdiskError("tap-ctl allocate printed %r, not a tap device"
                            % out)

@@ -28,7 +28,7 @@ SCHEME = meta.URI_SCHEME          # "zfs-ng"
 PREFIX = SCHEME + ":///"
 DOM0_PREFIX = "u0_"     # what domain_of makes of "u0-" (it maps '-' too)
 DOM0_OLD = "0"          # dom0 as xapi before v24.40.0 sent it
-_DOMAIN_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}\Z")
+_DOMAIN_RE = r"^[A-Za-z0-9_.:-]{1,128}\Z"
 
 
 class Target(object):
@@ -82,7 +82,7 @@ def is_dom0(domain):
 
 
 def check_domain(domain):
-    if not _DOMAIN_RE.match(domain or ""):
+    if not re.match(_DOMAIN_RE, domain or ""):
         raise InvalidArgument("domain %r is neither a domain id nor a dom0 "
                               "datapath name (u0_...)" % (domain,))
     return domain

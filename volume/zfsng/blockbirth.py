@@ -43,9 +43,8 @@ _HEADER = b"Indirect blocks:"
 
 # One block pointer line: offset, level, EMBEDDED, fill, birth (a hole
 # has no fill: 0; an embedded block's is 1).
-_LINE = re.compile(
-    br"^ *([0-9a-f]+) +L([0-9a-f]+) +(?:(EMBEDDED) +et=\d+ +\S+|"
-    br"\S+ +\S+(?: +F=(\d+))?) +B=(\d+)", re.M)
+_LINE = (br"^ *([0-9a-f]+) +L([0-9a-f]+) +(?:(EMBEDDED) +et=\d+ +\S+|"
+         br"\S+ +\S+(?: +F=(\d+))?) +B=(\d+)")
 
 
 class _Tree(object):
@@ -63,9 +62,9 @@ class _Tree(object):
 
     def add(self, text):
         """The block pointer lines of text (whole lines, none empty)."""
-        found = _LINE.findall(text)
+        found = re.findall(_LINE, text, re.M)
         if len(found) != text.count(b"\n") + 1:
-            bad = [l for l in text.split(b"\n") if not _LINE.match(l)]
+            bad = [l for l in text.split(b"\n") if not re.match(_LINE, l)]
             raise _malformed("unreadable", bad[0] if bad else text)
         fromtxg, block = self.fromtxg, self.block
         data, born, stack = self.data, self.born, self.stack

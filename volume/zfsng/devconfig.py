@@ -42,13 +42,13 @@ KEYS = {
 # SMAPIv1 only), so every key must be one of KEYS.
 
 POOL_OPTION_KEYS = ("pool-name", "ashift", "force")
-COMPRESSION_RE = re.compile(r"^(off|lz4|zstd|zstd-([1-9]|1[0-9])|gzip|"
-                            r"gzip-[1-9])\Z")
-SIZE_RE = re.compile(r"^([0-9]{1,12})([kKmM]?)\Z")
+COMPRESSION_RE = (r"^(off|lz4|zstd|zstd-([1-9]|1[0-9])|gzip|"
+                  r"gzip-[1-9])\Z")
+SIZE_RE = r"^([0-9]{1,12})([kKmM]?)\Z"
 # Numbers are ASCII digits only: str.isdigit() and int() also take other
 # scripts' digits ("\u00b2", "\u0663"), which no zfs command does.
-ASHIFT_RE = re.compile(r"^[0-9]{1,2}\Z")
-GUID_RE = re.compile(r"^[0-9]{1,20}\Z")
+ASHIFT_RE = r"^[0-9]{1,2}\Z"
+GUID_RE = r"^[0-9]{1,20}\Z"
 GROUP_MIN_DEVICES = {"mirror": 2, "raidz": 2, "raidz1": 2, "raidz2": 3,
                      "raidz3": 4}
 CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
@@ -206,7 +206,7 @@ def _check_unique(devices, key):
 
 
 def _parse_size(key, value):
-    match = SIZE_RE.match(value)
+    match = re.match(SIZE_RE, value)
     if not match:
         raise InvalidConfiguration(
             "device-config:%s=%r: give a size such as 16K or 16384"
@@ -225,7 +225,7 @@ def _choice(key, value, choices):
 
 def _parse_options(cfg, config):
     if "compression" in config:
-        if not COMPRESSION_RE.match(config["compression"]):
+        if not re.match(COMPRESSION_RE, config["compression"]):
             raise InvalidConfiguration(
                 "device-config:compression=%r: use off, lz4, zstd, "
                 "zstd-1..19, gzip or gzip-1..9" % config["compression"])
@@ -239,7 +239,7 @@ def _parse_options(cfg, config):
         cfg.volblocksize = size
     if "ashift" in config:
         value = config["ashift"]
-        if not ASHIFT_RE.match(value) or not 9 <= int(value) <= 16:
+        if not re.match(ASHIFT_RE, value) or not 9 <= int(value) <= 16:
             raise InvalidConfiguration(
                 "device-config:ashift=%r: use a number from 9 to 16 (12 for "
                 "4K-sector disks)" % value)
@@ -315,7 +315,7 @@ def parse(config, need_source=True):
     _parse_source(cfg, config, need_source)
     _parse_options(cfg, config)
     if "pool-guid" in config:
-        if not GUID_RE.match(config["pool-guid"]):
+        if not re.match(GUID_RE, config["pool-guid"]):
             raise InvalidConfiguration("device-config:pool-guid must be a "
                                        "number, got %r" % config["pool-guid"])
         cfg.pool_guid = config["pool-guid"]

@@ -18,7 +18,7 @@ import re
 
 from zfsng import errors, runner, zfs
 
-_PAIR_RE = re.compile(r'([A-Z:-]+)="([^"]*)"')
+_PAIR_RE = r'([A-Z:-]+)="([^"]*)"'
 _HOLDER_TYPES = ("lvm", "crypt", "dm", "mpath", "md", "raid0", "raid1",
                  "raid4", "raid5", "raid6", "raid10", "linear")
 
@@ -31,7 +31,8 @@ def lsblk(device):
                          "-o", "NAME,TYPE,MOUNTPOINT", device])
     if result.rc != 0:
         raise errors.DeviceNotFound(_not_found(device, result.err))
-    return [dict(_PAIR_RE.findall(line)) for line in result.out.splitlines()
+    return [dict(re.findall(_PAIR_RE, line))
+            for line in result.out.splitlines()
             if line.strip()]
 
 

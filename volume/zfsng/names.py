@@ -11,17 +11,17 @@ import re
 
 from zfsng.errors import InvalidArgument, InvalidConfiguration
 
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
-                     r"[0-9a-f]{12}\Z")
+UUID_RE = (r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+           r"[0-9a-f]{12}\Z")
 
 # zpool(8): a pool name starts with a letter and holds letters, digits and
 # "_-.:"; "mirror", "raidz", "draid", "spare", "log" and names starting with
 # c[0-9] are reserved.
-POOL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,199}\Z")
-_RESERVED_POOL = re.compile(r"^(mirror|raidz|draid|spare|log|cache|special|"
-                            r"dedup|c[0-9]).*$")
+POOL_RE = r"^[A-Za-z][A-Za-z0-9_.:-]{0,199}\Z"
+_RESERVED_POOL = (r"^(mirror|raidz|draid|spare|log|cache|special|"
+                  r"dedup|c[0-9]).*$")
 
-COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
+COMPONENT_RE = r"^[A-Za-z0-9_.:-]+\Z"
 
 # ZFS refuses a dataset, snapshot or bookmark name of 256 bytes or more
 # (ZFS_MAX_DATASET_NAME_LEN counts the terminating NUL).
@@ -29,7 +29,7 @@ MAX_NAME = 255
 
 # Device paths: absolute, under /dev, made of the characters udev uses in
 # by-id/by-path names.
-DEVICE_RE = re.compile(r"^/dev/[A-Za-z0-9_.:+@,=/-]+\Z")
+DEVICE_RE = r"^/dev/[A-Za-z0-9_.:+@,=/-]+\Z"
 
 
 def new_uuid():
@@ -47,7 +47,7 @@ def new_uuid():
 
 
 def is_uuid(text):
-    return isinstance(text, str) and bool(UUID_RE.match(text))
+    return isinstance(text, str) and bool(re.match(UUID_RE, text))
 
 
 def check_uuid(text, what="uuid", error=InvalidArgument):
@@ -57,7 +57,8 @@ def check_uuid(text, what="uuid", error=InvalidArgument):
 
 
 def valid_pool_name(text):
-    return bool(POOL_RE.match(text)) and not _RESERVED_POOL.match(text)
+    return bool(re.match(POOL_RE, text)) and \
+        not re.match(_RESERVED_POOL, text)
 
 
 def check_pool_name(text, what="pool name"):
@@ -73,7 +74,7 @@ def check_dataset_name(text, what="dataset"):
     """A filesystem path pool/a/b (no snapshots, no '..' components)."""
     parts = text.split("/") if isinstance(text, str) else []
     ok = (len(parts) >= 1 and valid_pool_name(parts[0]) and
-          all(COMPONENT_RE.match(p) and p not in (".", "..")
+          all(re.match(COMPONENT_RE, p) and p not in (".", "..")
               for p in parts[1:]) and len(text) <= MAX_NAME)
     if not ok:
         raise InvalidConfiguration(
@@ -83,7 +84,7 @@ def check_dataset_name(text, what="dataset"):
 
 
 def check_device_path(text, what="device"):
-    if not DEVICE_RE.match(text) or "/../" in text + "/" or \
+    if not re.match(DEVICE_RE, text) or "/../" in text + "/" or \
             text.endswith("/") or "//" in text:
         raise InvalidConfiguration(
             "%s %r is not an acceptable device path: give an absolute path "

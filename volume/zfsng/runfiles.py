@@ -12,7 +12,6 @@ so they live here once:
 """
 
 import errno
-import hashlib
 import json
 import os
 
@@ -41,6 +40,7 @@ def fit(safe, name):
     a digest of name: distinct names keep distinct files."""
     if len(safe) <= NAME_MAX:
         return safe
+    import hashlib      # here: rare, and costly to import for every call
     digest = hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()
     return "%s..%s" % (safe[:NAME_MAX - 66], digest)
 

@@ -17,36 +17,37 @@ from zfsng import blockbirth, errors, log, runner, sendstream
 
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
+# They stay text, compiled (and cached by re) only when a command fails:
+# every call is a new process, and compiling them all at import costs each.
 _ERROR_PATTERNS = [
     # "bookmark '<vol>#<name>' does not exist." (zfs destroy of a bookmark)
-    (re.compile(r"dataset does not exist|could not find any snapshots|"
-                r"bookmark '[^']*' does not exist"),
+    (r"dataset does not exist|could not find any snapshots|"
+     r"bookmark '[^']*' does not exist",
      errors.DatasetNotFound),
     # zpool import of a pool another host holds: multihost saw its writes
     # ("pool is imported on host 'x' (hostid=...)", or on 2.1 by guid
     # "pool is imported on x (hostid: 0x...)"), or its labels name another
     # hostid ("previously in use from another system").
-    (re.compile(r"pool is imported on |in use from another system|"
-                r"imported by another system"),
+    (r"pool is imported on |in use from another system|"
+     r"imported by another system",
      errors.PoolImportedElsewhere),
     # zpool import of a pool whose name an imported pool already has: from
     # zpool's own check, or from the kernel (EEXIST), as on a multihost pool
-    (re.compile(r"a pool with that name already exists|"
-                r"cannot import '[^']*'( as '[^']*')?: pool already exists"),
+    (r"a pool with that name already exists|"
+     r"cannot import '[^']*'( as '[^']*')?: pool already exists",
      errors.PoolNameCollision),
     # libzfs's EZFS_POOLUNAVAIL: a SUSPENDED pool refuses every change
-    (re.compile(r"I/O is currently suspended"), errors.PoolSuspended),
-    (re.compile(r"no such pool|pool not found|no such pool or dataset"),
+    (r"I/O is currently suspended", errors.PoolSuspended),
+    (r"no such pool|pool not found|no such pool or dataset",
      errors.PoolNotFound),
-    (re.compile(r"dataset already exists|pool already exists|"
-                r"bookmark exists"),
+    (r"dataset already exists|pool already exists|bookmark exists",
      errors.DatasetExists),
-    (re.compile(r"is busy|resource busy"), errors.DatasetBusy),
-    (re.compile(r"out of space|insufficient space|not enough space|"
-                r"greater than available space"),
+    (r"is busy|resource busy", errors.DatasetBusy),
+    (r"out of space|insufficient space|not enough space|"
+     r"greater than available space",
      errors.OutOfSpace),
     # zfs rollback without -r (cmd/zfs rollback_check): newer snapshots
-    (re.compile(r"more recent snapshots or bookmarks exist"),
+    (r"more recent snapshots or bookmarks exist",
      errors.RollbackBlocked),
 ]
 
@@ -63,7 +64,7 @@ def _check_args(args):
 def _classify(result):
     text = result.err.strip() or result.out.strip()
     for pattern, cls in _ERROR_PATTERNS:
-        if pattern.search(text):
+        if re.search(pattern, text):
             return cls(text)
     return errors.ZfsError("%s failed (exit %d): %s" % (
         " ".join(result.argv[:2]), result.rc, text or "no message"))

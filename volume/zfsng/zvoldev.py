@@ -32,7 +32,7 @@ ZVOL_ID_PATHS = ("/usr/lib/udev/zvol_id", "/lib/udev/zvol_id")
 TIMEOUT = 30.0     # seconds, the bound on a whole wait
 POLL = 0.2         # seconds between two looks
 SETTLE_MAX = 5     # seconds: one udevadm settle at most this long
-_ZD_RE = re.compile(r"^zd[0-9]+\Z")
+_ZD_RE = r"^zd[0-9]+\Z"
 
 
 def settle(timeout):
@@ -82,7 +82,7 @@ def check(dataset):
         return None, "%s does not exist" % path
     real = os.path.realpath(path)
     if os.path.dirname(real) != DEV_DIR or \
-            not _ZD_RE.match(os.path.basename(real)):
+            not re.match(_ZD_RE, os.path.basename(real)):
         return None, "%s points at %s, not a zvol device" % (path, real)
     if not os.path.exists(real):
         return None, "%s points at %s, which is gone" % (path, real)
