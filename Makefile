@@ -37,7 +37,7 @@ ZFS           ?= 2.3
 .PHONY: all install deps check test-unit test-protocol lint-py36 bench \
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
-        test-multihost-2.1 test-multihost-2.3 test-guests \
+        test-multihost-2.1 test-multihost-2.3 test-guests test-guests-all \
         faults faults-quick faults-2.1 faults-2.3 faults-report
 
 all:
@@ -154,11 +154,15 @@ lint-py36: $(VPY)
 	    tests/integration tests/demo.py tests/bench tests/plugin_client.py \
 	    tests/faults/powercut.py tests/faults/report.py
 
-test-guest-2.1:
-	bash $(GUEST) --zfs 2.1 --timeout 4500 -- make guest-tests
-
-test-guest-2.3:
-	bash $(GUEST) --zfs 2.3 --timeout 4500 -- make guest-tests
+# GUEST_SPLIT=none runs every test on the version (ZFSNG_GUEST_SPLIT in
+# tests/integration/conftest.py: by default the tests whose outcome does
+# not depend on the version run on one of the two, and each crash sweep
+# plays half its points on each).
+GUEST_SPLIT   ?=
+GUEST_TIMEOUT ?= 3000
+test-guest-2.1 test-guest-2.3: test-guest-%:
+	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
+	    make guest-tests ZFSNG_GUEST_SPLIT=$(GUEST_SPLIT)
 
 test-guest: test-guest-$(ZFS)
 
@@ -168,6 +172,11 @@ test-guest: test-guest-$(ZFS)
 # is shown whole when it ends (-O).
 test-guests:
 	ZFSNG_GUEST_CPUS=1 $(MAKE) -j2 -O test-guest-2.1 test-guest-2.3
+
+# Every test on both versions, every crash point on each: about twice
+# make check's guest time (not part of it).
+test-guests-all:
+	$(MAKE) test-guests GUEST_SPLIT=none GUEST_TIMEOUT=9000
 
 # Two guests, distinct hostids, one shared disk: a pool one host holds
 # cannot be attached, force-imported or probed by the other.
@@ -181,7 +190,7 @@ test-multihost-2.3:
 # the installed executables on real OpenZFS.
 guest-tests: guest-install
 	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
-	    python3 -m pytest -p no:cacheprovider -v --durations=15 tests/integration $(PYTEST_ARGS)
+	    ZFSNG_GUEST_SPLIT=$(ZFSNG_GUEST_SPLIT) python3 -m pytest -p no:cacheprovider -v --durations=30 tests/integration $(PYTEST_ARGS)
 
 # Inside the guest: a fresh install under /tmp/zfsng-root whose executables
 # run under CPython 3.6 (dom0's interpreter, mounted by run.sh; the guest

@@ -117,14 +117,18 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
+ROUNDS = 2     # the first from the first snapshot's map, the next from
+               # a bookmark
+
+
 def guest_round(plugin, sr, vol, rnd, n):
     """One round of what a guest does between two backups: unaligned
     writes crossing 64 KiB boundaries, zeros over data, a discard, a
-    write into never-written space; the fourth (last) round grows the
-    disk first and writes past the old end."""
+    write into never-written space; the last round grows the disk first and
+    writes past the old end."""
     ds = dataset_of(vol)
     size = plugin("Volume.stat", sr=sr, key=vol["key"])["virtual_size"]
-    if n == 3:
+    if n == ROUNDS - 1:
         plugin("Volume.resize", sr=sr, key=vol["key"], new_size=size + 32 * MiB)
         sh("udevadm", "settle")
         write(ds, size + 5 * MiB + 3, os.urandom(100 * KiB))
@@ -159,7 +163,7 @@ def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr,
     first, first_content = prev, backup
     purge(plugin, sr, prev)
     report = []
-    for n in range(4):
+    for n in range(ROUNDS):
         guest_round(plugin, sr, vol, rnd, n)
         new = plugin("Volume.snapshot", sr=sr, key=key)
         size = new["virtual_size"]
