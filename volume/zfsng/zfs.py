@@ -236,35 +236,31 @@ def set_props(name, props):
     zfs(*(argv + [name]))
 
 
+def options(flag, props):
+    """``flag k=v`` for each property, in key order (argv, never a shell
+    string: a value may hold any character)."""
+    argv = []
+    for key, value in sorted((props or {}).items()):
+        argv += [flag, "%s=%s" % (key, value)]
+    return argv
+
+
 def create_volume(name, size, props, sparse=True):
-    argv = ["create", "-V", str(size)]
-    if sparse:
-        argv.append("-s")
-    for key, value in sorted(props.items()):
-        argv += ["-o", "%s=%s" % (key, value)]
-    zfs(*(argv + ["--", name]))
+    argv = ["create", "-V", str(size)] + (["-s"] if sparse else [])
+    zfs(*(argv + options("-o", props) + ["--", name]))
 
 
 def snapshot(name, props=None):
     """``zfs snapshot -o k=v... pool/vol@snap``: one atomic command."""
-    argv = ["snapshot"]
-    for key, value in sorted((props or {}).items()):
-        argv += ["-o", "%s=%s" % (key, value)]
-    zfs(*(argv + ["--", name]))
+    zfs(*(["snapshot"] + options("-o", props) + ["--", name]))
 
 
 def clone(origin, name, props):
-    argv = ["clone"]
-    for key, value in sorted(props.items()):
-        argv += ["-o", "%s=%s" % (key, value)]
-    zfs(*(argv + ["--", origin, name]))
+    zfs(*(["clone"] + options("-o", props) + ["--", origin, name]))
 
 
 def create_filesystem(name, props):
-    argv = ["create"]
-    for key, value in sorted(props.items()):
-        argv += ["-o", "%s=%s" % (key, value)]
-    zfs(*(argv + ["--", name]))
+    zfs(*(["create"] + options("-o", props) + ["--", name]))
 
 
 def destroy(name, recursive=False, defer=False):
@@ -435,14 +431,9 @@ def pool_leaf_devices(pool):
 
 
 def create_pool(name, vdev_args, pool_props, fs_props, force=False):
-    argv = ["create"]
-    if force:
-        argv.append("-f")
-    for key, value in sorted(pool_props.items()):
-        argv += ["-o", "%s=%s" % (key, value)]
-    for key, value in sorted(fs_props.items()):
-        argv += ["-O", "%s=%s" % (key, value)]
-    argv += ["-m", "none", "--", name]
+    argv = ["create"] + (["-f"] if force else []) + \
+        options("-o", pool_props) + options("-O", fs_props) + \
+        ["-m", "none", "--", name]
     zpool(*(argv + list(vdev_args)))
 
 
