@@ -11,7 +11,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from plugin_client import Plugin  # noqa: E402
+from plugin_client import Plugin, marked_blocks  # noqa: E402
 
 ROOT = os.environ.get("ZFSNG_ROOT", "/tmp/zfsng-root")
 DISKS = ["/dev/disk/by-id/virtio-zfsng-d1", "/dev/disk/by-id/virtio-zfsng-d2"]
@@ -39,8 +39,7 @@ def changed_blocks(plugin, sr, base, new):
     result = plugin("Volume.list_changed_blocks", sr=sr, key=base, key2=new,
                     offset=0, length=-1)
     bits = base64.b64decode(result["bitmap"])
-    marked = [i * 8 + j for i, byte in enumerate(bits) if byte
-              for j in range(8) if byte & (0x80 >> j)]
+    marked = marked_blocks(result)
     print('{"granularity": %d, "bitmap": <%d bytes, blocks marked: %s>}'
           % (result["granularity"], len(bits), marked))
 

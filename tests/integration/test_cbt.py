@@ -17,7 +17,6 @@ import base64
 import hashlib
 import os
 import random
-import re
 import subprocess
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 import nbd_util
 from conftest import sh
 from datapath_util import attach_dom0, detach_dom0, once
+from plugin_client import marked_blocks
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 G = 64 * KiB
@@ -39,11 +39,8 @@ def sr(plugin, disks, new_uuid):
 def blocks_of(result, size):
     """The block numbers a list_changed_blocks answer marks."""
     assert result["granularity"] == G
-    bits = base64.b64decode(result["bitmap"])
-    assert len(bits) == (size // G + 7) // 8
-    # the non-zero bytes only: a 16 TiB disk's bitmap has 256 Mi bits
-    return set(m.start() * 8 + j for m in re.finditer(b"[^\x00]", bits)
-               for j in range(8) if bits[m.start()] & (0x80 >> j))
+    assert len(base64.b64decode(result["bitmap"])) == (size // G + 7) // 8
+    return set(marked_blocks(result))
 
 
 def changed(plugin, sr, key, key2, size):
@@ -255,7 +252,7 @@ def test_a_sparse_16_tib_disk_lists_only_what_was_written(plugin, sr):
 _WORKER = r"""
 import os, random, sys, time
 sys.path.insert(0, "tests")
-from plugin_client import Plugin, PluginError
+from plugin_client import Plugin, PluginError, marked_blocks
 plugin = Plugin(sys.argv[1], env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
 sr, end = sys.argv[2], time.time() + float(sys.argv[3])
 rnd = random.Random(int(sys.argv[4]))
@@ -276,11 +273,7 @@ def write(vol, offset, data):
 
 
 def marked(result):
-    bits = result["bitmap"]
-    import base64
-    bits = base64.b64decode(bits)
-    return set(i for i in range(len(bits) * 8)
-               if bits[i // 8] & (0x80 >> (i % 8)))
+    return set(marked_blocks(result))
 
 
 ops = errors = wrong = 0
