@@ -56,7 +56,7 @@ reasons:
   except for file SRs, where it trades it for read caching).
 Measured on a zvol in the test guest, buffered I/O halved sequential
 throughput, cut 4k random reads by 4-8x, and "gained" only random writes
-acknowledged before ZFS had them (README.md, Datapath: the figures).
+acknowledged before ZFS had them (ARCHITECTURE.md, The datapath: the figures).
 """
 
 import errno

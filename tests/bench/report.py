@@ -463,7 +463,7 @@ def compare(out_path, directories):
                   r["conditions"]["runs"]) for dr, r in runs),
           "Why these ratios differ from Vates' launch benchmark of the ZFS "
           "SR (about 2x sequential write, 3x sequential read, 12-13x 4k "
-          "random): the Benchmarks section of the project's README.\n",
+          "random): the project's BENCHMARKS.md.\n",
           "## tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1's ZFS SR)\n"]
     rows = []
     for w in WORKLOADS:
