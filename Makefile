@@ -159,7 +159,7 @@ lint-py36: $(VPY)
 # not depend on the version run on one of the two, and each crash sweep
 # plays half its points on each).
 GUEST_SPLIT   ?=
-GUEST_TIMEOUT ?= 3900
+GUEST_TIMEOUT ?= 4200
 test-guest-2.1 test-guest-2.3: test-guest-%:
 	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=$(GUEST_SPLIT)
