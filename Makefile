@@ -55,6 +55,13 @@ version:
 METHODS_OF = PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(CURDIR)/volume" $(PYTHON) -c \
 	'import sys; from zfsng import wire; print(" ".join(wire.SERVED[sys.argv[1]]))'
 
+# $(call install_package,<package>,<source dir>): its modules, in
+# site-packages.
+define install_package
+	install -d $(DESTDIR)$(PYTHON_SITELIB)/$(1)
+	install -m 0644 $(2)/*.py $(DESTDIR)$(PYTHON_SITELIB)/$(1)/
+endef
+
 # $(call install_plugin,<plugin dir>,<entry script>,<package>,<source dir>):
 # the entry script with dom0's interpreter, one symlink to it per method the
 # package serves, and the package's modules.
@@ -65,12 +72,13 @@ define install_plugin
 	methods=$$($(METHODS_OF) $(3)) && [ -n "$$methods" ] && \
 	    for f in $$methods; do \
 	        ln -sfn $(2) $(DESTDIR)$(LIBEXEC)/$(1)/$$f; done
-	install -d $(DESTDIR)$(PYTHON_SITELIB)/$(3)
-	install -m 0644 $(4)/*.py $(DESTDIR)$(PYTHON_SITELIB)/$(3)/
+	$(call install_package,$(3),$(4))
 endef
 
+# The shared core (zfsng) and each plugin's own package beside it.
 install:
-	$(call install_plugin,$(VOLUME_DIR),volume.py,zfsng,volume/zfsng)
+	$(call install_package,zfsng,volume/zfsng)
+	$(call install_plugin,$(VOLUME_DIR),volume.py,zfsng_volume,volume/zfsng_volume)
 	if [ "$(TEST_HOOKS)" = 1 ]; then \
 	    echo "test install: ZFSNG_* hooks honoured (zfsng/testhooks.py)" \
 	        >$(DESTDIR)$(PYTHON_SITELIB)/zfsng/TEST_HOOKS; fi

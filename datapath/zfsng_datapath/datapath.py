@@ -26,58 +26,19 @@ Volume.destroy or Volume.snapshot never interleaves with a clone, a
 rollback or a reset's rotation). Waiting for
 udev happens outside the SR lock.
 
-Snapshot VDIs. ZFS gives a snapshot a device node only with
-``snapdev=visible`` on its zvol, which exposes every snapshot of that zvol
-(the internal ones too), is a property of the live VDI shared by all its
-snapshots (a reference count on someone else's property), and makes
-``zfs destroy`` of an attached snapshot fail with "busy". zfs-ng instead
-clones the snapshot: ``<sr>/<snapshot uuid>.ro``, ``readonly=on``, marked
-with ``org.xcp-ng.zfs-ng:datapath-clone=<boot id>``. A clone costs no space
-(read-only: it never diverges), gets its own /dev/zvol node, and keeps the
-snapshot alive: Volume.destroy of an attached snapshot VDI is deferred by
-ZFS (``zfs destroy -d``) until the clone goes at detach. The volume plugin
-never lists it (its name is no uuid and it has no ``vdi`` property of its
-own: a clone does not inherit the origin's local properties) nor collects
-it. One clone serves every domain that attaches the snapshot; the last
-detach destroys it. A clone no state file of this host uses (its detach
-failed to destroy it, or the host crashed) is destroyed by the next attach,
-detach, open or close in that SR, and the volume plugin's collector then
-frees what it kept alive (a hidden parent). The clone is named after the
-snapshot's uuid alone, and a state file is found by it too: a reset moves a
-snapshot to another zvol (reset.py), which changes its URI, not its clone.
-ZFS sets the -o properties of ``zfs clone`` after making the clone
-(zfs_ioc_clone): a power cut between leaves it without ``readonly`` and
-its mark, which no sweep looks for. The next attach of that snapshot marks
-it and uses it; until then the volume plugin's collector may free it
-(zfsng.meta.is_unmarked_clone).
-
+Snapshot VDIs reach a guest through a read-only clone: snapclone.py.
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import collect, errors, lock, log, meta, wire, zfs, zvoldev
-
-from zfsng_datapath import reset, scope, state, tapctl, \
+from zfsng import lock, log, wire, zvoldev
+from zfsng_datapath import reset, scope, snapclone, state, tapctl, \
     uri as urimod
 from zfsng_datapath.errors import NotAttached, TapdiskError, \
     TapdiskUnavailable
 
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-
-def _boot_id():
-    try:
-        with open(BOOT_ID_PATH) as f:
-            return f.read().strip() or "unknown"
-    except (IOError, OSError):
-        return "unknown"
-
 
 def _call_lock(target):
     return lock.held("datapath-" + target.head)
-
-
-def _row(name, columns):
-    return scope.row(name, columns)
 
 
 def _load(target, domain):
@@ -86,93 +47,11 @@ def _load(target, domain):
     reset that set its zvol aside (reset.py) changed its URI."""
     st = state.load(target.dataset, domain)
     if st is None and target.snapshot is not None:
-        clone = clone_name(target)
+        clone = snapclone.name(target)
         for other in state.all_states():
             if other.get("clone") == clone and other.get("domain") == domain:
                 return other
     return st
-
-
-# --- snapshot VDIs: the temporary read-only clone ---------------------------
-
-def clone_name(target):
-    return meta.clone_name(target.sr, target.snapshot)
-
-
-def _is_our_clone(row, target):
-    return meta.is_clone_of(row, target.sr, target.snapshot)
-
-
-_CLONE_COLUMNS = ["name", "type", "origin", "usedds", meta.VDI_UUID,
-                  meta.DATAPATH_CLONE]
-
-
-def _ensure_clone(target):
-    """Make (or adopt) the snapshot's clone; return (name, made_now).
-    Caller holds the SR lock, and checked the snapshot is a VDI."""
-    name = clone_name(target)
-    boot = _boot_id()
-    row = _row(name, _CLONE_COLUMNS)
-    if row is not None and meta.is_unmarked_clone(row):
-        # a power cut inside our zfs clone: made, never marked nor used
-        log.warning("%s: a power cut left it without its properties: "
-                    "marked as this boot's clone of %s", name,
-                    target.dataset)
-        zfs.set_props(name, {"readonly": "on", meta.DATAPATH_CLONE: boot})
-        return name, True
-    if row is not None:
-        if not _is_our_clone(row, target):
-            raise errors.DatasetExists(
-                "%s exists and is not zfs-ng's clone of %s: rename or "
-                "remove it" % (name, target.dataset))
-        if row[meta.DATAPATH_CLONE] != boot:
-            # this boot's now
-            zfs.set_props(name, {meta.DATAPATH_CLONE: boot})
-        return name, False
-    log.info("cloning %s to %s (read-only) for the datapath",
-             target.dataset, name)
-    zfs.clone(target.dataset, name,
-              {"readonly": "on", meta.DATAPATH_CLONE: boot})
-    return name, True
-
-
-def _users(clone, but=None):
-    return [s for s in state.all_states()
-            if s.get("clone") == clone and
-            (s.get("dataset"), s.get("domain")) != but]
-
-
-def _drop_clone(target, name, but=None):
-    """Destroy the clone unless another domain still uses it. Never raises:
-    what fails here is left for the next sweep."""
-    if _users(name, but):
-        log.info("%s still used by another domain: kept", name)
-        return
-    try:
-        with lock.sr_lock(target.sr):
-            row = _row(name, _CLONE_COLUMNS)
-            dropped = False
-            if row is not None:
-                if not _is_our_clone(row, target):
-                    log.warning("%s is not zfs-ng's clone of %s: left alone",
-                                name, target.dataset)
-                else:
-                    log.info("destroying the datapath clone %s", name)
-                    zfs.destroy(name)
-                    dropped = True
-            _sweep(target.sr, freed=dropped)
-    except errors.StorageError as exc:
-        log.warning("could not destroy %s (the next attach, detach, open or "
-                    "close in this SR retries): %s", name, exc.message)
-
-
-def _sweep(sr, keep=None, freed=False):
-    """The collector's sweep of the datapath clones of sr that no state
-    file of this host uses (collect.sweep_clones). Caller holds the SR
-    lock; never raises."""
-    used = set(st.get("clone") for st in state.all_states())
-    used.add(keep)
-    collect.sweep_clones(sr, used, freed=freed)
 
 
 # --- the tapdisk of a guest --------------------------------------------------
@@ -253,13 +132,13 @@ def _device_dataset(target, st):
     with lock.sr_lock(target.sr):
         if target.snapshot is None:
             reset.prepare(target)
-            _sweep(target.sr)
+            snapclone.sweep(target.sr)
             return target.head, False
         scope.check(target)
-        st["clone"] = clone_name(target)
+        st["clone"] = snapclone.name(target)
         state.save(st)   # before the clone exists: detach knows to remove it
-        made = _ensure_clone(target)
-        _sweep(target.sr, keep=made[0])
+        made = snapclone.ensure(target)
+        snapclone.sweep(target.sr, keep=made[0])
         return made
 
 
@@ -284,7 +163,7 @@ def attach(dbg, uri, domain):
                 if _release_tapdisk(st):
                     state.remove(target.dataset, domain)
                 if made_clone:
-                    _drop_clone(target, st["clone"],
+                    snapclone.drop(target, st["clone"],
                                 but=(target.dataset, domain))
             raise
         impls = [["BlockDevice", {"path": zvoldev.link(st["device"])}]]
@@ -374,7 +253,7 @@ def detach(dbg, uri, domain):
     target = _target(uri, domain)
     with _call_lock(target):
         st = _load(target, domain)
-        clone = clone_name(target) if target.snapshot else None
+        clone = snapclone.name(target) if target.snapshot else None
         owner = (st or {}).get("dataset", target.dataset)
         if st is not None:
             clone = st.get("clone") or clone
@@ -390,7 +269,7 @@ def detach(dbg, uri, domain):
                           exc)
         if clone:
             try:
-                _drop_clone(target, clone, but=(owner, domain))
+                snapclone.drop(target, clone, but=(owner, domain))
             except Exception as exc:  # never fail
                 log.error("detach %s: clone %s: %s", target.dataset, clone,
                           exc)
@@ -407,7 +286,7 @@ def open_(dbg, uri, persistent):
         return None   # a snapshot VDI is read-only: nothing to reset
     with _call_lock(target), lock.sr_lock(target.sr):
         reset.open_(target, reset.prepare(target), persistent)
-        _sweep(target.sr)
+        snapclone.sweep(target.sr)
         return None
 
 
@@ -418,5 +297,5 @@ def close(dbg, uri):
         return None
     with _call_lock(target), lock.sr_lock(target.sr):
         reset.close(target, reset.prepare(target))
-        _sweep(target.sr)
+        snapclone.sweep(target.sr)
         return None

@@ -44,7 +44,7 @@ Crash repair: each step is one command, and the next open, close or attach
 of the VDI (``repair``, ``_pending``) finishes what it finds:
   S1 after 1: no <vol>, and a zvol A of the SR carries the VDI's uuid under
      another name, with its reset point: go on from 2. Meanwhile the volume
-     plugin lists A as the VDI (zfsng.volume, "stand-in"), with the VDI's
+     plugin lists A as the VDI (zfsng_volume.volume, "stand-in"), with the VDI's
      own URI, so xapi never loses it, and can stat and start it;
   S2' inside 2: ZFS makes the clone and sets its -o properties in later
      transaction groups (zfs_ioc_clone), so a power cut can leave <vol> a

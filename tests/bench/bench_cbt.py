@@ -182,7 +182,7 @@ def list_methods(ctx):
     (zdb -ddddd, metadata only: what list_changed_blocks does) and an
     incremental zfs send (reads the changed data). A disk written whole,
     then 1%, 10%, 50% of its 64 KiB blocks rewritten at random."""
-    from zfsng import blockmap, zfs
+    from zfsng import blockmap, zdb, zfs
     size = 512 * MiB if ctx.quick else 2 * GiB
     vol = ctx.new_volume(size, name="cbt-methods")
     ds = common.volume_dataset(vol)
@@ -209,7 +209,7 @@ def list_methods(ctx):
             os.close(fd)
         common.run(["zfs", "snapshot", b])
         common.run(["udevadm", "settle"])
-        zdb_s, (born, _) = _timed_cold(lambda: zfs.born_since(
+        zdb_s, (born, _) = _timed_cold(lambda: zdb.born_since(
             zfs.createtxg(a), b, block, 3600))
         send_s, (writes, _) = _timed_cold(lambda: zfs.send_changes(
             a, b, bound=3600))

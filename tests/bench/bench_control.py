@@ -126,9 +126,9 @@ def startup(ctx):
     bare = common.timed(lambda: subprocess.check_call(python + ["-c", "pass"]),
                         ctx.runs * 3)
     imports = common.timed(lambda: subprocess.check_call(
-        python + ["-c", "import zfsng.main"], env=env), ctx.runs * 3)
+        python + ["-c", "import zfsng_volume.main"], env=env), ctx.runs * 3)
     proc = subprocess.run(python + ["-X", "importtime", "-c",
-                                    "import zfsng.main"],
+                                    "import zfsng_volume.main"],
                           env=env, stderr=subprocess.PIPE,
                           universal_newlines=True, check=True)
     rows = []
@@ -140,7 +140,7 @@ def startup(ctx):
                          "self_us": int(parts[0].split(":")[1]),
                          "cumulative_us": int(parts[1])})
     slowest = sorted(rows, key=lambda r: -r["self_us"])[:10]
-    main = [r for r in rows if r["module"] == "zfsng.main"]
+    main = [r for r in rows if r["module"] == "zfsng_volume.main"]
     return {"python_start_s": bare, "python_import_zfsng_s": imports,
             "import_zfsng_main_us": main[0]["cumulative_us"] if main else None,
             "slowest_imports": slowest}
@@ -151,7 +151,7 @@ def startup(ctx):
 def _props(key):
     """The user properties Volume.create/snapshot set, from the installed
     plugin's own code so the bench pool cannot drift from the real one."""
-    from zfsng import volume
+    from zfsng_volume import volume
     props = volume._vdi_props(key, "bench", "", False, {"vdi-type": "user"})
     return [a for k, v in sorted(props.items()) for a in ("-o", k + "=" + v)]
 

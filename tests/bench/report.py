@@ -298,7 +298,7 @@ def control(d, out):
           "imports, the plugin's own work.\n",
           "- Interpreter start (`python3 -c pass`): %s s" %
           spread(s["python_start_s"], "%.3f"),
-          "- Start + `import zfsng.main`: %s s" %
+          "- Start + `import zfsng_volume.main`: %s s" %
           spread(s["python_import_zfsng_s"], "%.3f"),
           "- Slowest imports (self time, ms): %s\n" % ", ".join(
               "%s %.1f" % (m["module"], m["self_us"] / 1000.0)

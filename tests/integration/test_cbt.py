@@ -341,8 +341,8 @@ def _zfsng():
                         "..", "volume")
     if path not in sys.path:
         sys.path.insert(0, path)
-    from zfsng import blockmap, zfs
-    return blockmap, zfs
+    from zfsng import blockmap, zdb, zfs
+    return blockmap, zdb, zfs
 
 
 def _granules(ranges):
@@ -357,7 +357,7 @@ def test_block_births_list_exactly_what_both_snapshots_compared_show(
     (holes under compression), a discard, a few bytes in a zeroed block (an
     embedded block pointer), writes into never-written space, zeros into
     never-written space (no change)."""
-    blockmap, zfs = _zfsng()
+    blockmap, zdb, zfs = _zfsng()
     rnd = random.Random(21)
     size = 96 * MiB
     vol = plugin("Volume.create", sr=sr, name="births", description="",
@@ -386,8 +386,8 @@ def test_block_births_list_exactly_what_both_snapshots_compared_show(
                                                       "@" + b["key"]))]
     block = int(sh("zfs", "get", "-Hp", "-o", "value", "volblocksize",
                    ds).strip())
-    born, data_b = zfs.born_since(zfs.createtxg(snap_a), snap_b, block, 600)
-    _, data_a = zfs.born_since(0, snap_a, block, 600)
+    born, data_b = zdb.born_since(zfs.createtxg(snap_a), snap_b, block, 600)
+    _, data_a = zdb.born_since(0, snap_a, block, 600)
     by_births = _granules(blockmap.union(
         born, blockmap.subtract(data_a, data_b)))
     assert by_births == want, (sorted(want - by_births),

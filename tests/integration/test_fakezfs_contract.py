@@ -27,7 +27,7 @@ What is compared, call by call and command by command (``normalize``):
   numbers; for ``zdb -l`` the label keys the plugin reads; for ``zpool
   list -v`` the vdev names; for ``udevadm info`` the by-id links;
 - on failure, the error class the zfs layer derives from stderr
-  (``zfs._classify``), the other stderr fragments the plugin tests, and
+  (``zfs.classify``), the other stderr fragments the plugin tests, and
   the exact exit status of the tools whose status the plugin reads
   (blkid's 2 "nothing found");
 - the outcome of each plugin call: its typed error, or its result with
@@ -70,9 +70,9 @@ for _dir in ("tests/unit", "volume", "datapath"):
         sys.path.insert(0, _path)
 
 import fakezfs  # noqa: E402
-from zfsng import abandoned, alert, cleanup, errors, lock, names, \
-    runner, wire, zfs  # noqa: E402
-from zfsng import main as volmain  # noqa: E402
+from zfsng import abandoned, errors, lock, names, runner, wire, zfs  # noqa: E402
+from zfsng_volume import alert, cleanup  # noqa: E402
+from zfsng_volume import main as volmain  # noqa: E402
 from zfsng import zvoldev  # noqa: E402
 from zfsng_datapath import state  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
@@ -473,7 +473,7 @@ def _stdout(argv, out, guids):
 def _failure(argv, rc, err):
     if rc == 0:
         return None
-    cls = type(zfs._classify(runner.Result(argv, rc, "", err))).__name__
+    cls = type(zfs.classify(runner.Result(argv, rc, "", err))).__name__
     return (cls, tuple(f for f in FRAGMENTS if f in err),
             rc if argv[0] in EXACT_RC else "non-zero")
 

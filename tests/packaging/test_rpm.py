@@ -224,7 +224,7 @@ def test_provides_only_itself(rpm, version):
 
 def test_holds_every_volume_method_executable(files, root):
     env = Plugin(root, env={"PYTHONDONTWRITEBYTECODE": "1"})
-    methods = env.wire.SERVED["zfsng"]    # the one list of methods
+    methods = env.wire.SERVED["zfsng_volume"]    # the one list of methods
     assert set(m.split(".")[0] for m in methods) == set(
         env.wire.VOLUME_INTERFACES)
     for method in methods:

@@ -35,7 +35,7 @@ def plugin(root, tmp_path_factory):
 
 def test_every_method_is_installed_as_an_executable(root, plugin):
     directory = os.path.join(root, VOLUME_PLUGIN)
-    wanted = plugin.wire.SERVED["zfsng"]
+    wanted = plugin.wire.SERVED["zfsng_volume"]
     assert set(m.split(".")[0] for m in wanted) == {"Plugin", "SR", "Volume"}
     for method in wanted:
         path = os.path.join(directory, method)

@@ -26,8 +26,8 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import abandoned, alert, cleanup, hostid, lock, main, \
-    runner, wire  # noqa: E402
+from zfsng import abandoned, hostid, lock, runner, wire  # noqa: E402
+from zfsng_volume import alert, cleanup, main  # noqa: E402
 
 import fakezfs  # noqa: E402
 

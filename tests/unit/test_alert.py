@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from zfsng import alert, errors, lock, runner
+from zfsng import errors, lock, runner
+from zfsng_volume import alert
 
 from conftest import SR_UUID, call, create_sr, create_volume
 

@@ -11,10 +11,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
-PACKAGES = {"zfsng": "volume/zfsng", "zfsng_datapath": "datapath/zfsng_datapath"}
-# the volume plugin's own modules: the datapath never imports them
-VOLUME_ONLY = {"devconfig", "devices", "cleanup", "alert", "volume", "cbt",
-               "sr", "plugin", "main"}
+# The shared core and each plugin's own package: the import rule is the
+# layout (plugins import the core, the core imports no plugin, no plugin
+# imports the other).
+PACKAGES = {"zfsng": "volume/zfsng",
+            "zfsng_volume": "volume/zfsng_volume",
+            "zfsng_datapath": "datapath/zfsng_datapath"}
+PLUGINS = ("zfsng_volume", "zfsng_datapath")
 
 
 def modules():
@@ -65,16 +68,12 @@ def listed(text):
 
 def test_the_module_map_names_every_module_and_no_other():
     doc = architecture()
-    core = listed(section(doc, "### Core"))
-    volume_side = listed(section(doc, "### Volume plugin"))
-    datapath_side = listed(section(doc, "### Datapath plugin"))
     mods = modules()
-    assert core | volume_side == set(
-        m.split(".")[1] for m in mods if m.startswith("zfsng."))
-    assert datapath_side == set(
-        m.split(".")[1] for m in mods if m.startswith("zfsng_datapath."))
-    assert volume_side == VOLUME_ONLY
-    assert not core & volume_side
+    for pkg, title in (("zfsng", "### Core"),
+                       ("zfsng_volume", "### Volume plugin"),
+                       ("zfsng_datapath", "### Datapath plugin")):
+        assert listed(section(doc, title)) == set(
+            m.split(".")[1] for m in mods if m.startswith(pkg + ".")), pkg
 
 
 def test_no_module_imports_one_that_imports_it_back():
@@ -96,14 +95,19 @@ def test_no_module_imports_one_that_imports_it_back():
             visit(node, [node])
 
 
-def test_the_datapath_and_the_core_never_import_the_volume_plugin():
+def test_the_core_imports_no_plugin_and_no_plugin_the_other():
     for module, deps in graph().items():
-        if module.startswith("zfsng.") and \
-                module.split(".")[1] in VOLUME_ONLY:
-            continue
-        bad = [d for d in deps if d.startswith("zfsng.") and
-               d.split(".")[1] in VOLUME_ONLY]
+        own = module.split(".")[0]
+        bad = [d for d in deps if d.split(".")[0] in PLUGINS and
+               d.split(".")[0] != own]
         assert not bad, "%s imports %s" % (module, bad)
+
+
+def test_every_package_is_installed_by_make_install():
+    with open(os.path.join(TOP, "Makefile")) as f:
+        makefile = f.read()
+    for pkg, where in PACKAGES.items():
+        assert "%s,%s)" % (pkg, where) in makefile, pkg
 
 
 def test_the_model_decides_and_runs_nothing():
@@ -113,7 +117,9 @@ def test_the_model_decides_and_runs_nothing():
 
 @pytest.mark.parametrize("needle,owner", [
     ("import subprocess", "zfsng.runner"),
-    ('"udevadm", "settle"', "zfsng.zvoldev"),
+    ('"udevadm", "settle"', "zfsng.udev"),
+    ('"--query=symlink"', "zfsng.udev"),
+    ('"zpool", "import"', "zfsng.pools"),
     ('TAP_CTL = "tap-ctl"', "zfsng_datapath.tapctl"),
 ])
 def test_each_external_concern_has_one_home(needle, owner):

@@ -14,7 +14,8 @@ import os
 
 import pytest
 
-from zfsng import cbt, collect, errors, lock, meta, runner
+from zfsng import collect, errors, lock, meta, runner
+from zfsng_volume import cbt
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr

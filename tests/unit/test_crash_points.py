@@ -330,7 +330,7 @@ def test_crash_in_collect_is_finished_by_any_later_destroy():
 # answered. SR.create: killed after any command, xapi forgets the SR and the
 # admin's retry comes with a new SR uuid.
 
-from zfsng import cleanup  # noqa: E402
+from zfsng_volume import cleanup  # noqa: E402
 from conftest import SR_UUID, SR_UUID2  # noqa: E402
 
 DESTROY_LAYOUT = {"vdev": "mirror /dev/sdb /dev/sdc log /dev/sdd "

@@ -24,7 +24,7 @@ sys.path.append(os.path.join(TOP, "tests", "integration"))  # xapi_flows
 
 from zfsng import errors, meta, runner, wire, zvoldev  # noqa: E402
 
-from zfsng_datapath import datapath, state, tapctl  # noqa: E402
+from zfsng_datapath import datapath, snapclone, state, tapctl  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import uri as urimod  # noqa: E402
 from zfsng.errors import DeviceNotReady  # noqa: E402
@@ -204,7 +204,7 @@ def new_host(root, monkeypatch):
     monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
     boot = root / "boot_id"
     boot.write_text("boot-1\n")
-    monkeypatch.setattr(datapath, "BOOT_ID_PATH", str(boot))
+    monkeypatch.setattr(snapclone, "BOOT_ID_PATH", str(boot))
     h.boot_id = boot
     return h
 

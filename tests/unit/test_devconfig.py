@@ -1,4 +1,4 @@
-"""zfsng.devconfig: every device-config key, option, default and bad value.
+"""zfsng_volume.devconfig: every device-config key, option, default and bad value.
 
 Parsing is pure: nothing runs (the autouse fixture refuses any command).
 Every refusal is InvalidConfiguration with a message naming the key, so an
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from zfsng import devconfig, plugin
+from zfsng_volume import devconfig, plugin
 from zfsng.errors import InvalidConfiguration
 
 from conftest import SR_UUID

@@ -16,13 +16,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, "datapath"))
 
-from zfsng import main as volmain, plugin, wire  # noqa: E402
+from zfsng import wire  # noqa: E402
+from zfsng_volume import main as volmain, plugin  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import plugin as dpplugin  # noqa: E402
 
 # package -> (its entry point's table, the interfaces it resolves names in)
 PLUGINS = {
-    "zfsng": (volmain.handlers, wire.VOLUME_INTERFACES),
+    "zfsng_volume": (volmain.handlers, wire.VOLUME_INTERFACES),
     "zfsng_datapath": (dpmain.handlers, wire.DATAPATH_INTERFACES),
 }
 
@@ -59,12 +60,12 @@ def test_what_is_served_and_installed():
     """The executables `make install` makes: every declared method of the
     volume plugin's interfaces; for the datapath, Plugin.Query and every
     Datapath method (xapi calls no other Plugin method on a datapath)."""
-    assert wire.SERVED["zfsng"] == wire.methods_of(wire.VOLUME_INTERFACES)
+    assert wire.SERVED["zfsng_volume"] == wire.methods_of(wire.VOLUME_INTERFACES)
     assert wire.SERVED["zfsng_datapath"] == \
         ["Plugin.Query"] + wire.methods_of(("Datapath",))
-    assert "Volume.clone" in wire.SERVED["zfsng"]
+    assert "Volume.clone" in wire.SERVED["zfsng_volume"]
     assert "Datapath.attach" in wire.SERVED["zfsng_datapath"]
-    assert wire.UNIMPLEMENTED <= set(wire.SERVED["zfsng"])
+    assert wire.UNIMPLEMENTED <= set(wire.SERVED["zfsng_volume"])
 
 
 def test_each_plugin_answers_plugin_query_with_its_own_function():

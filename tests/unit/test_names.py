@@ -27,7 +27,7 @@ def test_importing_the_plugin_does_not_import_uuid_or_traceback():
     import sys
     import os
     code = ("import sys, subprocess; before = set(sys.modules); "
-            "import zfsng.main; "
+            "import zfsng_volume.main; "
             "print(sorted(m for m in ('uuid', 'traceback') "
             "if m in sys.modules and m not in before))")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(

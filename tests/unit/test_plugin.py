@@ -1,6 +1,7 @@
 """Plugin.Query, Plugin.diagnostics and Plugin.ls."""
 
-from zfsng import VERSION, devconfig
+from zfsng import VERSION
+from zfsng_volume import devconfig
 
 from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume
 

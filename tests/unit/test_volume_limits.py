@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from zfsng import errors, inventory, meta, volume, wire, zfs
+from zfsng import errors, inventory, meta, wire, zfs
+from zfsng_volume import volume
 
 import fakezfs
 from conftest import call, create_sr, create_volume

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from zfsng import errors, main as mainmod, plugin, wire
+from zfsng import errors, wire
+from zfsng_volume import main as mainmod, plugin
 
 from conftest import SR_UUID, handlers
 

@@ -3,7 +3,7 @@ parsing, typed errors and the bounded retry on "busy"."""
 
 import pytest
 
-from zfsng import errors, meta, runner, zfs
+from zfsng import errors, meta, pools, runner, zfs
 
 from conftest import create_sr
 
@@ -86,35 +86,35 @@ def test_get_one_and_exists(fake, pool):
 
 
 def test_list_pools(fake, pool):
-    [row] = zfs.list_pools()
+    [row] = pools.list_pools()
     assert row["name"] == "tank"
     assert row["health"] == "ONLINE"
     assert int(row["size"]) > int(row["free"]) > 0
-    assert zfs.pool_by_guid(row["guid"])["name"] == "tank"
-    assert zfs.pool_by_name("nope") is None
+    assert pools.pool_by_guid(row["guid"])["name"] == "tank"
+    assert pools.pool_by_name("nope") is None
 
 
 def test_pool_leaf_devices(fake, pool):
-    assert zfs.pool_leaf_devices("tank") == [
+    assert pools.pool_leaf_devices("tank") == [
         "/dev/sdb1", "/dev/sdc1", "/dev/sdd1", "/dev/sde1"]
 
 
 def test_pool_leaf_devices_finds_every_leaf_line(fake, pool):
-    leaves = zfs.pool_leaf_devices("tank")
+    leaves = pools.pool_leaf_devices("tank")
     assert [line.split("\t")[0] for line in leaves] == [
         "/dev/sdb1", "/dev/sdc1", "/dev/sdd1", "/dev/sde1"]
 
 
 def test_importable_pools(fake):
-    assert zfs.importable_pools() == []
+    assert pools.importable_pools() == []
     for name, disk in (("one", "/dev/sdb"), ("two", "/dev/sdc")):
         fake.admin("zpool create -m none %s %s" % (name, disk))
         fake.admin("zpool export %s" % name)
-    found = zfs.importable_pools()
+    found = pools.importable_pools()
     assert [(p["name"], p["state"]) for p in found] == [
         ("one", "ONLINE"), ("two", "ONLINE")]
     assert all(p["guid"].isdigit() for p in found)
-    assert [p["name"] for p in zfs.importable_pools(["/dev/sdc1"])] == \
+    assert [p["name"] for p in pools.importable_pools(["/dev/sdc1"])] == \
         ["two"]
 
 
@@ -132,7 +132,7 @@ def test_errors_are_typed(fake, pool):
     with pytest.raises(errors.DatasetExists):
         zfs.create_filesystem("tank/a", {})
     with pytest.raises(errors.PoolNotFound):
-        zfs.export_pool("nope")
+        pools.export_pool("nope")
     with pytest.raises(errors.OutOfSpace):
         zfs.create_volume("tank/big", 100 * 2 ** 30, {}, sparse=False)
     with pytest.raises(errors.ZfsError) as info:
@@ -225,13 +225,13 @@ def test_sr_props_are_set_at_creation(fake):
 def test_an_import_whose_name_is_taken_is_a_name_collision(fake, err):
     fake.inject("zpool import", err)
     with pytest.raises(errors.PoolNameCollision):
-        zfs.import_pool("3734564193816588715")
+        pools.import_pool("3734564193816588715")
 
 
 def test_a_create_whose_name_is_taken_is_still_dataset_exists(fake, pool):
     fake.add_disk("/dev/sdf")
     with pytest.raises(errors.DatasetExists):
-        zfs.create_pool(pool, ["/dev/sdf"], {}, {})
+        pools.create_pool(pool, ["/dev/sdf"], {}, {})
 
 
 def test_pool_leaves_pairs_paths_and_guids(fake):
@@ -239,7 +239,7 @@ def test_pool_leaves_pairs_paths_and_guids(fake):
     fake.admin("zpool create -m none p mirror /dev/sdb /dev/sdc log /dev/sdd"
                " cache /dev/sde spare /dev/sdf")
     pool = fake.pool("p")
-    assert zfs.pool_leaves("p") == [(leaf.path, leaf.guid)
+    assert pools.pool_leaves("p") == [(leaf.path, leaf.guid)
                                     for leaf in pool.leaves()]
 
 

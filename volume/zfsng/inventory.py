@@ -34,3 +34,19 @@ def rows(sr):
     SR, from one ``zfs list``."""
     return [r for r in zfs.list_datasets(sr, meta.VOLUME_COLUMNS)
             if meta.in_sr(r, sr)]
+
+
+def find_srs(pool=None):
+    """[(dataset, sr uuid)] of the zfs-ng SRs in one or all imported pools."""
+    return zfs.find_local(meta.SR_UUID, pool)
+
+
+def find_sr_by_uuid(sr_uuid, pool=None):
+    return sr_in(find_srs(pool), sr_uuid)
+
+
+def sr_in(found, sr_uuid):
+    for dataset, value in found:
+        if value == sr_uuid:
+            return dataset
+    return None

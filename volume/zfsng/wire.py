@@ -250,7 +250,7 @@ def methods_of(interfaces):
 # one executable each. Of the Plugin interface the datapath plugin serves
 # Plugin.Query only: it is all xapi-storage-script asks a datapath plugin.
 SERVED = {
-    "zfsng": methods_of(VOLUME_INTERFACES),
+    "zfsng_volume": methods_of(VOLUME_INTERFACES),
     "zfsng_datapath": ["Plugin.Query"] + methods_of(("Datapath",)),
 }
 
@@ -267,7 +267,7 @@ _IMPLEMENTATIONS = {}
 
 def method(name):
     """Decorator: the function implements SMAPIv3 method ``name`` for the
-    plugin of its package (zfsng or zfsng_datapath: both serve Plugin.Query,
+    plugin of its package (zfsng_volume or zfsng_datapath: both serve Plugin.Query,
     each its own). Next to the function, so that the name and its code
     cannot drift apart; a name not in METHODS, or a second function for the
     same method, fails at import time (a typo never ships silently)."""

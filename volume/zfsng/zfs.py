@@ -10,10 +10,9 @@ still refuses anything that starts with ``-`` so no value can ever be taken
 for an option.
 """
 
-import os
 import re
 
-from zfsng import blockbirth, errors, log, runner, sendstream
+from zfsng import errors, log, runner, sendstream
 
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
@@ -61,7 +60,7 @@ def _check_args(args):
             raise errors.InternalError("non-string zfs argument %r" % (arg,))
 
 
-def _classify(result):
+def classify(result):
     text = result.err.strip() or result.out.strip()
     for pattern, cls in _ERROR_PATTERNS:
         if re.search(pattern, text):
@@ -79,12 +78,12 @@ def run(argv, retry_busy=True, stdin_text=None):
     """
     _check_args(argv)
     result = runner.run_retried(
-        argv, lambda r: isinstance(_classify(r), errors.DatasetBusy),
+        argv, lambda r: isinstance(classify(r), errors.DatasetBusy),
         BUSY_RETRIES if retry_busy else 1, BUSY_DELAY, backoff=2,
         stdin_text=stdin_text)
     if result.rc == 0:
         return result.out
-    raise _classify(result)
+    raise classify(result)
 
 
 def zfs(*args, **kwargs):
@@ -317,7 +316,7 @@ def send_changes(base, target, bound=None):
     result, found = runner.stream(argv, sendstream.writes_and_frees,
                                   bound=bound)
     if result.rc != 0:
-        raise _classify(result)
+        raise classify(result)
     return found
 
 
@@ -332,37 +331,8 @@ def send_data(snapshot, bound=None):
     result, found = runner.stream(argv, sendstream.writes_and_frees,
                                   bound=bound)
     if result.rc != 0:
-        raise _classify(result)
+        raise classify(result)
     return found[0]
-
-
-def data_end(snapshot, block):
-    """The end of the snapshot's last block, (maxblkid + 1) * block, as
-    ``zdb -e`` reads the zvol's data object from the pool's disks; None if
-    zdb cannot tell (it is a bound that only narrows, never a need).
-    ``-e`` with the directories of the pool's disks: zfs-ng's pools have
-    no cachefile, which plain zdb needs."""
-    try:
-        argv = _zdb_argv(snapshot)
-    except errors.StorageError:
-        return None
-    result = runner.run(argv + ["-dddd", snapshot, "1"])
-    found = re.search(r"dnode maxblkid: (\d+)", result.out)
-    if result.rc != 0 or not found:
-        log.info("zdb could not read %s's data object: %s", snapshot,
-                 (result.err.strip() or "exit %d" % result.rc)[-200:])
-        return None
-    return (int(found.group(1)) + 1) * block
-
-
-def _zdb_argv(dataset):
-    """``zdb -e -p <dir>...``: zdb reading the pool of dataset from the
-    directories of its disks."""
-    argv = ["zdb", "-e"]
-    for d in sorted(set(os.path.dirname(leaf) for leaf in
-                        pool_leaf_devices(dataset.split("/", 1)[0]))):
-        argv += ["-p", d]
-    return argv
 
 
 def createtxg(name):
@@ -374,200 +344,9 @@ def createtxg(name):
     return int(text)
 
 
-def born_since(txg, snapshot, block, bound):
-    """(born, data): the range sets of the snapshot's data blocks born
-    after txg, and of all of them, from the birth times of its block
-    pointers (``zdb -ddddd <snapshot> 1``, blockbirth): metadata only,
-    read as it comes, within bound seconds. The snapshot must be on disk:
-    zdb reads the pool from its disks, as the last synced txg left it
-    (``zfs snapshot`` returns once its txg synced)."""
-    if snapshot.startswith("-") or "@" not in snapshot:
-        raise errors.InternalError("not a snapshot name: %r" % snapshot)
-    argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]
-    result, found = runner.stream(
-        argv, lambda read: blockbirth.parse(read, txg, block), bound=bound)
-    if result.rc != 0:
-        raise errors.ZfsError("zdb could not read the block tree of %s "
-                              "(exit %d): %s" % (
-                                  snapshot, result.rc,
-                                  result.err.strip()[-300:] or "no message"))
-    return found
-
-
-# --- pools ----------------------------------------------------------------
-
-# multihost: whether a suspended pool can be resumed (sr.pool_health)
-POOL_COLUMNS = ["name", "guid", "health", "size", "allocated", "free",
-                "multihost"]
-
-
-def list_pools():
-    """Imported pools as dicts of POOL_COLUMNS."""
-    return parse_table(zpool("list", "-Hp", "-o", ",".join(POOL_COLUMNS)),
-                       POOL_COLUMNS)
-
-
-def pool_by_guid(guid):
-    for pool in list_pools():
-        if pool["guid"] == guid:
-            return pool
-    return None
-
-
-def pool_by_name(name):
-    for pool in list_pools():
-        if pool["name"] == name:
-            return pool
-    return None
-
-
-def pool_leaf_devices(pool):
-    """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
-    out = zpool("list", "-v", "-H", "-P", "-o", "name", "--", pool)
-    # In scripted mode every vdev line is "\t<name>" followed by the fixed
-    # statistics columns, whatever -o says (print_list_stats): keep the name.
-    names = [line.strip().split("\t")[0] for line in out.splitlines()]
-    return [name for name in names if name.startswith("/")]
-
-
-def create_pool(name, vdev_args, pool_props, fs_props, force=False):
-    argv = ["create"] + (["-f"] if force else []) + \
-        options("-o", pool_props) + options("-O", fs_props) + \
-        ["-m", "none", "--", name]
-    zpool(*(argv + list(vdev_args)))
-
-
-def import_pool(guid, search_dirs=(), readonly=False, mount=True,
-                new_name=None):
-    """Import by guid (stable across renames) without a cachefile.
-
-    ``cachefile=none``: xapi, not the host's boot scripts, decides when an
-    SR's pool is imported (SR.attach), so the pool must not be imported
-    behind its back at boot. ``new_name`` imports it under that name
-    (``zpool import <guid> <new name>``): written to its labels, unless
-    readonly.
-    """
-    argv = ["import", "-o", "cachefile=none"]
-    if readonly:
-        argv += ["-o", "readonly=on"]
-    if not mount:
-        argv.append("-N")
-    for directory in search_dirs:
-        argv += ["-d", directory]
-    zpool(*(argv + ["--", guid] + ([new_name] if new_name else [])))
-
-
-def export_pool(name):
-    zpool("export", "--", name)
-
-
-def destroy_pool(name):
-    zpool("destroy", "--", name)
-
-
-_LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")
-
-
-def _label(device):
-    """The facts of a device's first readable ZFS label (``zdb -l``): the
-    first value of each of _LABEL_KEYS, as zdb prints it, quotes removed.
-    The label's own keys come before its vdev tree, so "guid" is the
-    device's own vdev guid."""
-    result = runner.run(["zdb", "-l", "--", device])
-    label = {}
-    for line in result.out.splitlines():
-        key, sep, value = line.strip().partition(": ")
-        if sep and key in _LABEL_KEYS and key not in label:
-            label[key] = value.strip().strip("'")
-    return label
-
-
-def read_label(device):
-    """The pool facts in a device's first readable ZFS label, from
-    ``zdb -l``: {name, state, pool_guid, hostid, hostname, guid} (values as
-    zdb prints them, quotes removed; state "0" is imported, "1" exported),
-    or None when the device holds no pool's label. Reads the device only.
-    """
-    label = _label(device)
-    return label if label.get("pool_guid") else None
-
-
-def vdev_label(device):
-    """The ZFS label on device as read_label gives it, also for a cache or
-    spare device (whose label names no pool, only its own vdev guid), or
-    None when it holds no label."""
-    label = _label(device)
-    return label if label.get("guid") else None
-
-
-def pool_leaves(pool):
-    """[(path, vdev guid)] of a pool's leaf vdevs.
-
-    ``zpool list -v -H`` prints the same lines in the same order with -P
-    (device paths) and with -g (vdev guids): the pool, each vdev, the class
-    headers.
-    """
-    paths = zpool("list", "-v", "-H", "-P", "-o", "name", "--",
-                  pool).splitlines()
-    guids = zpool("list", "-v", "-H", "-g", "-o", "name", "--",
-                  pool).splitlines()
-    if len(paths) != len(guids):
-        raise errors.ZfsError("zpool list -P and -g of %s disagree "
-                              "(the pool changed meanwhile?)" % pool)
-    leaves = []
-    for path, guid in zip(paths, guids):
-        path, guid = path.strip().split("\t")[0], guid.strip().split("\t")[0]
-        if path.startswith("/") and guid.isdigit():
-            leaves.append((path, guid))
-    return leaves
-
-
 def inherit(name, prop):
     """Remove a dataset's local value of prop (``zfs inherit``)."""
     zfs("inherit", "--", prop, name)
-
-
-def labelclear(device):
-    zpool("labelclear", "-f", "--", device)
-
-
-def importable_pools(search_dirs=()):
-    """Pools that ``zpool import`` could import: [{name, guid, state}].
-
-    ``zpool import`` without a pool argument has no parsable mode, so this
-    reads its stable "pool:", "id:" and "state:" lines.
-    """
-    argv = ["zpool", "import"]
-    for directory in search_dirs:
-        argv += ["-d", directory]
-    result = runner.run(argv)
-    if result.rc != 0 and "no pools available" not in result.err:
-        raise _classify(result)
-    pools, current = [], None
-    for line in result.out.splitlines():
-        key, _, value = line.strip().partition(": ")
-        if key == "pool":
-            current = {"name": value.strip(), "guid": None, "state": None}
-            pools.append(current)
-        elif current is not None and key == "id":
-            current["guid"] = value.strip()
-        elif current is not None and key == "state":
-            current["state"] = value.strip()
-    return [p for p in pools if p["guid"]]
-
-
-def pool_status(name, problems_only=False):
-    """``zpool status -P`` text (for health reasons and diagnostics).
-
-    problems_only adds ``-x``: a pool with nothing wrong prints only
-    "pool '<name>' is healthy", without a status sentence or config. -x
-    also leaves out the notices that are no problem (features not enabled,
-    an older on-disk version) while keeping resilvers, data errors and
-    faulted cache or log devices, which leave a pool ONLINE.
-    """
-    if problems_only:
-        return zpool("status", "-x", "-P", "--", name)
-    return zpool("status", "-P", "--", name)
 
 
 def version():

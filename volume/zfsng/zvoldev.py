@@ -1,5 +1,5 @@
 """A zvol's device node, which udev makes: wait for it, and prove it is
-the zvol. The one place that waits for udev (``settle``): SR.attach waits
+the zvol. The one place that waits for a udev link: SR.attach waits
 for every zvol's link after an import, the datapath for the one it hands
 out.
 
@@ -21,7 +21,7 @@ import os
 import re
 import time
 
-from zfsng import log, runner
+from zfsng import log, runner, udev
 from zfsng.errors import DeviceNotReady
 
 DEV_DIR = "/dev"
@@ -33,12 +33,6 @@ TIMEOUT = 30.0     # seconds, the bound on a whole wait
 POLL = 0.2         # seconds between two looks
 SETTLE_MAX = 5     # seconds: one udevadm settle at most this long
 _ZD_RE = r"^zd[0-9]+\Z"
-
-
-def settle(timeout):
-    """``udevadm settle``: returns once udev has handled every queued
-    event, or after timeout seconds (whole, at least 1): the bound."""
-    runner.run(["udevadm", "settle", "--timeout=%d" % max(1, int(timeout))])
 
 
 def link(dataset):
@@ -61,12 +55,9 @@ def _name_of(device, dataset):
             return None, "zvol_id %s failed: %s" % (
                 device, result.err.strip() or result.rc)
         return result.out.strip(), None
-    result = runner.run(["udevadm", "info", "--query=symlink",
-                         "--name=" + device])
-    if result.rc != 0:
-        return None, "udevadm info %s failed: %s" % (device,
-                                                     result.err.strip())
-    links = result.out.split()
+    links, reason = udev.links(device)
+    if links is None:
+        return None, reason
     want = "zvol/" + dataset
     if want in links:
         return dataset, None
@@ -115,7 +106,7 @@ def wait(dataset, timeout=None):
                 % (dataset, int(timeout), reason))
         # settle returns when udev's queue is empty (or at its timeout):
         # the zvol's own event is then handled, or not queued yet
-        settle(min(SETTLE_MAX, int(left + 0.999)))
+        udev.settle(min(SETTLE_MAX, int(left + 0.999)))
         settled = True
         real, reason = check(dataset)
         if real:
@@ -129,7 +120,7 @@ def wait_for_links(datasets, timeout=TIMEOUT):
     logged, not fatal: the datapath waits for it again (``wait``)."""
     if not datasets:
         return
-    settle(timeout)
+    udev.settle(timeout)
     missing = [d for d in datasets if not os.path.exists(link(d))]
     if missing:
         log.warning("after %ds, no /dev/zvol link yet for %s",

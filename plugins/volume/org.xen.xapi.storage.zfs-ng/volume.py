@@ -4,7 +4,7 @@ directory is a symlink to this script; the method is the name it runs as."""
 
 import sys
 
-from zfsng.main import volume_main
+from zfsng_volume.main import volume_main
 
 if __name__ == "__main__":
     sys.exit(volume_main(sys.argv))

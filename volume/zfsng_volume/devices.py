@@ -16,7 +16,7 @@ runner, so the checks run the same against a fake in unit tests.
 import os
 import re
 
-from zfsng import errors, runner, zfs
+from zfsng import errors, pools, runner, udev
 
 _PAIR_RE = r'([A-Z:-]+)="([^"]*)"'
 _HOLDER_TYPES = ("lvm", "crypt", "dm", "mpath", "md", "raid0", "raid1",
@@ -104,11 +104,8 @@ def stable_name(device):
     """
     if os.path.dirname(device) != "/dev":
         return device
-    result = runner.run(["udevadm", "info", "--query=symlink",
-                         "--name=" + device])
-    if result.rc != 0:
-        return device
-    links = ["/dev/" + link for link in result.out.split()
+    found = udev.links(device)[0] or []
+    links = ["/dev/" + link for link in found
              if link.startswith("disk/by-id/") and
              not link.startswith("disk/by-id/lvm-pv-uuid-")]
     if not links:
@@ -121,8 +118,8 @@ def _pool_members():
     """{kernel device path: pool name} for every leaf of every imported
     pool (leaves may be named by udev links)."""
     members = {}
-    for pool in zfs.list_pools():
-        for path in zfs.pool_leaf_devices(pool["name"]):
+    for pool in pools.list_pools():
+        for path in pools.pool_leaf_devices(pool["name"]):
             members[kernel_name(path) or path] = pool["name"]
     return members
 

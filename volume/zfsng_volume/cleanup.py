@@ -28,7 +28,8 @@ label, the same partition table uuid), whatever its name is by then.
 
 import os
 
-from zfsng import devices, errors, log, runfiles, zfs
+from zfsng import errors, log, pools, runfiles
+from zfsng_volume import devices
 
 # Persistent: a plan must survive a reboot between zpool destroy and the
 # clean-up. Tests point it elsewhere.
@@ -42,7 +43,7 @@ def _proved_leaves(pool_guid, leaves):
     that vdev of that pool."""
     proved = []
     for path, guid in leaves:
-        label = zfs.vdev_label(path)
+        label = pools.vdev_label(path)
         if label and label.get("guid") == guid and \
                 label.get("pool_guid", pool_guid) == pool_guid:
             proved.append((path, guid))
@@ -129,14 +130,14 @@ def _destroyed(plan):
     """Whether the plan's pool is gone: neither imported nor importable
     from the devices it was on (a destroyed pool is not importable)."""
     guid = plan["pool_guid"]
-    if zfs.pool_by_guid(guid):
+    if pools.pool_by_guid(guid):
         return False
     dirs = []
     for target in plan["targets"]:
         dirs.extend(devices.family(target["path"]))
     if not dirs:
         return True
-    return not [p for p in zfs.importable_pools(sorted(set(dirs)))
+    return not [p for p in pools.importable_pools(sorted(set(dirs)))
                 if p["guid"] == guid]
 
 
@@ -146,10 +147,10 @@ def _clean(target):
     path = target["path"]
     try:
         if "vdev_guid" in target:
-            label = zfs.vdev_label(path)
+            label = pools.vdev_label(path)
             if not label or label.get("guid") != target["vdev_guid"]:
                 return None          # cleaned already, or another device
-            zfs.labelclear(path)
+            pools.labelclear(path)
         elif devices.partition_table_uuid(path) == target["ptuuid"]:
             devices.wipe(path)
     except errors.StorageError as exc:

@@ -2,7 +2,7 @@
 
 SR.stat reports a pool that still serves every block (DEGRADED, a resilver,
 a faulted cache or log device...) as Healthy, because xapi fails every
-SR.scan of an SR that is not (``sr.pool_health`` says why), and xapi shows
+SR.scan of an SR that is not (``health.pool_health`` says why), and xapi shows
 nothing of Healthy's text. So this module tells the admin instead:
 
 - SMlog: a warning on every SR.stat that finds a problem;

@@ -1,7 +1,8 @@
 """Plugin.*: what zfs-ng is, what it can do, and a report for support."""
 
-from zfsng import VERSION, devconfig, errors, hostid, meta, sr as srmod, \
-    wire, zfs
+from zfsng import VERSION, errors, hostid, inventory, meta, pools, wire, \
+    zfs
+from zfsng_volume import devconfig, health
 
 # Declared honestly: only what works end to end. xapi-storage-script adds
 # the SR_*/VDI_* features of every method executable on its own.
@@ -57,19 +58,18 @@ def _pool_problems():
     no ``zfs`` command (and so no SR lookup) does.
     """
     try:
-        pools = sorted(p["name"] for p in zfs.list_pools())
+        imported = sorted(p["name"] for p in pools.list_pools())
     except errors.StorageError as exc:
         return "cannot list the pools: %s" % exc.message
     lines = []
-    for pool in pools:
+    for pool in imported:
         try:
-            health = srmod.pool_health(pool)[1]
+            seen = health.pool_health(pool)[1]
         except errors.StorageError as exc:
             lines.append("pool %s: health unknown: %s" % (pool, exc.message))
             continue
-        if health != ["Healthy", ""]:
-            lines.append("%s (SR reported to xapi as %s)" % (health[1],
-                                                              health[0]))
+        if seen != ["Healthy", ""]:
+            lines.append("%s (SR reported to xapi as %s)" % (seen[1], seen[0]))
     return "\n".join(lines) or ("no problem: every imported pool is ONLINE "
                                 "and 'zpool status -x' is clean")
 
@@ -94,14 +94,14 @@ def diagnostics(dbg):
     out.append(_section("hostid", _hostid_line()))
     try:
         out.append(_section("ZFS", zfs.version()))
-        srs = srmod.find_srs()
+        srs = inventory.find_srs()
     except errors.StorageError as exc:
         out.append(_section("ZFS", "not usable: %s" % exc.message))
         return "\n".join(out)
     if not srs:
         out.append(_section("SRs", "no zfs-ng SR is attached on this host"))
     for pool in sorted(set(meta.pool_of(ds) for ds, _ in srs)):
-        out.append(_section("zpool status %s" % pool, zfs.pool_status(pool)))
+        out.append(_section("zpool status %s" % pool, pools.pool_status(pool)))
     for dataset, _ in srs:
         out.append(_section("SR %s" % dataset, _sr_settings(dataset)))
     return "\n".join(out)
@@ -110,4 +110,4 @@ def diagnostics(dbg):
 @wire.method("Plugin.ls")
 def ls(dbg):
     """The attached zfs-ng SRs on this host, by their sr string."""
-    return [dataset for dataset, _ in srmod.find_srs()]
+    return [dataset for dataset, _ in inventory.find_srs()]

@@ -26,7 +26,7 @@ What changed between ``from`` and ``to``:
   list_changed_blocks stores it on ``to``. A snapshot without a map (the
   first of a chain) gets one the same way (else from a full ``zfs send``
   of itself, its data read once), kept on it; if that cannot be had, the
-  end of its last block (``zfs.data_end``), else its size, bounds it.
+  end of its last block (``zdb.data_end``), else its size, bounds it.
   Xen Orchestra data-destroys each snapshot right after its backup, so
   the base of every list is a bookmark: the map is all there is to know
   where it held data, and that first map is taken before its data goes.
@@ -46,8 +46,8 @@ Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
 from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    runner, wire, zfs
-from zfsng import volume as vol
+    runner, wire, zdb, zfs
+from zfsng_volume import volume as vol
 
 
 def _rows_and(sr, *keys):
@@ -226,7 +226,7 @@ def _changes(source, snapshot, known, size, block):
     (which reads the changed data) if zdb cannot answer."""
     txg = _txg_in_history(source, snapshot)
     try:
-        born, data = zfs.born_since(txg, snapshot, block, _allow(
+        born, data = zdb.born_since(txg, snapshot, block, _allow(
             ZDB_RATE, _pointers(snapshot, size, block)))
         return blockmap.union(born, blockmap.subtract(known, data)), data
     except errors.CommandTimeout:
@@ -337,7 +337,7 @@ def _data_of(snapshot):
     only), else the writes of a full send of it (its data read once)."""
     size, block = int(snapshot["volsize"]), _block_of(snapshot)
     try:
-        return zfs.born_since(0, snapshot["name"], block, _allow(
+        return zdb.born_since(0, snapshot["name"], block, _allow(
             ZDB_RATE, _pointers(snapshot["name"], size, block)))[1]
     except errors.CommandTimeout:
         raise
@@ -350,7 +350,7 @@ def _data_of(snapshot):
 def _data_end(snapshot):
     """The end of the snapshot's last block, else its size."""
     end = int(snapshot["volsize"])
-    found = zfs.data_end(snapshot["name"], int(_volblocksize(
+    found = zdb.data_end(snapshot["name"], int(_volblocksize(
         meta.parent_of(snapshot["name"]))))
     return end if found is None else min(end, found)
 

@@ -1,0 +1,179 @@
+"""Pools: listing, creating, importing, exporting and destroying them, their
+leaves and the ZFS labels on disks.
+
+Kept apart from ``zfs`` (datasets, snapshots, streams) because these are
+the SR's concerns, not the VDI's: only SR.* and its disk checks and
+clean-up call them. They run through ``zfs.zpool`` (and ``zdb -l`` through
+the runner) so every pool command has the same parsing, bounds and typed
+errors as the dataset commands.
+"""
+
+from zfsng import errors, runner, zfs
+
+# multihost: whether a suspended pool can be resumed (health.pool_health)
+POOL_COLUMNS = ["name", "guid", "health", "size", "allocated", "free",
+                "multihost"]
+
+
+def list_pools():
+    """Imported pools as dicts of POOL_COLUMNS."""
+    out = zfs.zpool("list", "-Hp", "-o", ",".join(POOL_COLUMNS))
+    return zfs.parse_table(out, POOL_COLUMNS)
+
+
+def pool_by_guid(guid):
+    for pool in list_pools():
+        if pool["guid"] == guid:
+            return pool
+    return None
+
+
+def pool_by_name(name):
+    for pool in list_pools():
+        if pool["name"] == name:
+            return pool
+    return None
+
+
+def pool_leaf_devices(pool):
+    """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
+    out = zfs.zpool("list", "-v", "-H", "-P", "-o", "name", "--", pool)
+    # In scripted mode every vdev line is "\t<name>" followed by the fixed
+    # statistics columns, whatever -o says (print_list_stats): keep the name.
+    names = [line.strip().split("\t")[0] for line in out.splitlines()]
+    return [name for name in names if name.startswith("/")]
+
+
+def create_pool(name, vdev_args, pool_props, fs_props, force=False):
+    argv = ["create"] + (["-f"] if force else []) + \
+        zfs.options("-o", pool_props) + zfs.options("-O", fs_props) + \
+        ["-m", "none", "--", name]
+    zfs.zpool(*(argv + list(vdev_args)))
+
+
+def import_pool(guid, search_dirs=(), readonly=False, mount=True,
+                new_name=None):
+    """Import by guid (stable across renames) without a cachefile.
+
+    ``cachefile=none``: xapi, not the host's boot scripts, decides when an
+    SR's pool is imported (SR.attach), so the pool must not be imported
+    behind its back at boot. ``new_name`` imports it under that name
+    (``zpool import <guid> <new name>``): written to its labels, unless
+    readonly.
+    """
+    argv = ["import", "-o", "cachefile=none"]
+    if readonly:
+        argv += ["-o", "readonly=on"]
+    if not mount:
+        argv.append("-N")
+    for directory in search_dirs:
+        argv += ["-d", directory]
+    zfs.zpool(*(argv + ["--", guid] + ([new_name] if new_name else [])))
+
+
+def export_pool(name):
+    zfs.zpool("export", "--", name)
+
+
+def destroy_pool(name):
+    zfs.zpool("destroy", "--", name)
+
+
+_LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")
+
+
+def _label(device):
+    """The facts of a device's first readable ZFS label (``zdb -l``): the
+    first value of each of _LABEL_KEYS, as zdb prints it, quotes removed.
+    The label's own keys come before its vdev tree, so "guid" is the
+    device's own vdev guid."""
+    result = runner.run(["zdb", "-l", "--", device])
+    label = {}
+    for line in result.out.splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep and key in _LABEL_KEYS and key not in label:
+            label[key] = value.strip().strip("'")
+    return label
+
+
+def read_label(device):
+    """The pool facts in a device's first readable ZFS label, from
+    ``zdb -l``: {name, state, pool_guid, hostid, hostname, guid} (values as
+    zdb prints them, quotes removed; state "0" is imported, "1" exported),
+    or None when the device holds no pool's label. Reads the device only.
+    """
+    label = _label(device)
+    return label if label.get("pool_guid") else None
+
+
+def vdev_label(device):
+    """The ZFS label on device as read_label gives it, also for a cache or
+    spare device (whose label names no pool, only its own vdev guid), or
+    None when it holds no label."""
+    label = _label(device)
+    return label if label.get("guid") else None
+
+
+def pool_leaves(pool):
+    """[(path, vdev guid)] of a pool's leaf vdevs.
+
+    ``zpool list -v -H`` prints the same lines in the same order with -P
+    (device paths) and with -g (vdev guids): the pool, each vdev, the class
+    headers.
+    """
+    paths = zfs.zpool("list", "-v", "-H", "-P", "-o", "name", "--",
+                      pool).splitlines()
+    guids = zfs.zpool("list", "-v", "-H", "-g", "-o", "name", "--",
+                      pool).splitlines()
+    if len(paths) != len(guids):
+        raise errors.ZfsError("zpool list -P and -g of %s disagree "
+                              "(the pool changed meanwhile?)" % pool)
+    leaves = []
+    for path, guid in zip(paths, guids):
+        path, guid = path.strip().split("\t")[0], guid.strip().split("\t")[0]
+        if path.startswith("/") and guid.isdigit():
+            leaves.append((path, guid))
+    return leaves
+
+
+def labelclear(device):
+    zfs.zpool("labelclear", "-f", "--", device)
+
+
+def importable_pools(search_dirs=()):
+    """Pools that ``zpool import`` could import: [{name, guid, state}].
+
+    ``zpool import`` without a pool argument has no parsable mode, so this
+    reads its stable "pool:", "id:" and "state:" lines.
+    """
+    argv = ["zpool", "import"]
+    for directory in search_dirs:
+        argv += ["-d", directory]
+    result = runner.run(argv)
+    if result.rc != 0 and "no pools available" not in result.err:
+        raise zfs.classify(result)
+    pools, current = [], None
+    for line in result.out.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key == "pool":
+            current = {"name": value.strip(), "guid": None, "state": None}
+            pools.append(current)
+        elif current is not None and key == "id":
+            current["guid"] = value.strip()
+        elif current is not None and key == "state":
+            current["state"] = value.strip()
+    return [p for p in pools if p["guid"]]
+
+
+def pool_status(name, problems_only=False):
+    """``zpool status -P`` text (for health reasons and diagnostics).
+
+    problems_only adds ``-x``: a pool with nothing wrong prints only
+    "pool '<name>' is healthy", without a status sentence or config. -x
+    also leaves out the notices that are no problem (features not enabled,
+    an older on-disk version) while keeping resilvers, data errors and
+    faulted cache or log devices, which leave a pool ONLINE.
+    """
+    if problems_only:
+        return zfs.zpool("status", "-x", "-P", "--", name)
+    return zfs.zpool("status", "-P", "--", name)
