@@ -106,10 +106,12 @@ def check_error_object(obj):
     assert set(obj["backtrace"]) == {"error", "files", "lines"}, obj
 
 
-def marked_blocks(result):
+def marked_blocks(result, nbytes=None):
     """The block numbers a Volume.list_changed_blocks answer marks, in
     order (bit 0x80 of byte 0 is block 0). Only its non-zero bytes are
-    looked at: a 16 TiB disk's bitmap is 32 MiB, nearly all zeros."""
+    looked at: a 16 TiB disk's bitmap is 32 MiB, nearly all zeros. Given
+    nbytes, the bitmap must be that long (it is decoded once)."""
     bits = base64.b64decode(result["bitmap"])
+    assert nbytes is None or len(bits) == nbytes, (len(bits), nbytes)
     return [m.start() * 8 + j for m in re.finditer(b"[^\x00]", bits)
             for j in range(8) if bits[m.start()] & (0x80 >> j)]

@@ -1,4 +1,4 @@
-"""The fake zfs/zpool (tests/unit/fakezfs.py) held to real OpenZFS.
+"""The fake zfs/zpool (tests/unit/fakezfs/) held to real OpenZFS.
 
 Every unit test runs the plugin against ``fakezfs.FakeZfs``. That is only
 worth something if the fake answers the commands the plugin really sends

@@ -1,7 +1,7 @@
 """fakezfs as real programs: zfs, zpool, lsblk, blkid, wipefs and udevadm
 on PATH for protocol tests that run the installed executables.
 
-The unit tests put ``tests/unit/fakezfs.py`` in the plugin's own process;
+The unit tests put ``tests/unit/fakezfs/`` in the plugin's own process;
 a protocol test runs the plugin as xapi-storage-script does, a process per
 call, so the fake host lives in a pickle file between commands instead.
 ``install(bin_dir, state)`` writes one small shell wrapper per program
