@@ -170,10 +170,23 @@ def attach(dbg, uri, domain):
         if guest:
             impls.insert(0, ["XenDisk", {"params": st["tapdev"], "extra": {},
                                          "backend_type": "vbd3"}])
+            impls.append(["Nbd", {"uri": _nbd_uri(target, st)}])
         log.info("attached %s for domain %s: %s%s", target.dataset, domain,
                  zvoldev.link(st["device"]),
                  " via %s" % st["tapdev"] if guest else "")
         return {"implementations": impls}
+
+
+def _nbd_uri(target, st):
+    """The tapdisk's NBD server, as xapi parses it (storage_interface.ml
+    parse_nbd_uri: ``nbd:unix:<socket>:exportname=<name>``, split on ":",
+    so neither part may hold one). It serves once the VBD is activated;
+    xapi writes a migrated or copied disk into it (receive_start3,
+    get_nbd_server), each time after activating it. tapdisk takes any
+    export name: the URI's last name says which disk it is in its log."""
+    return "nbd:unix:%s:exportname=%s" % (
+        tapctl.nbd_socket(st["pid"], st["minor"]),
+        target.dataset.rsplit("/", 1)[-1])
 
 
 def _activate(uri, domain, readonly):

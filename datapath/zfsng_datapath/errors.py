@@ -42,3 +42,8 @@ class NotAVdi(StorageError):
     under a zfs-ng SR dataset whose org.xcp-ng.zfs-ng:vdi is its own uuid,
     or such a snapshot): the datapath never snapshots, rolls back or
     clones it."""
+
+
+class NbdError(StorageError):
+    """An NBD peer (a migration's destination) refused the export, failed
+    a request, or stopped answering within the bound."""

@@ -6,7 +6,7 @@ import sys
 from zfsng import wire
 
 # Imported for their @wire.method registrations: the datapath plugin's table.
-from zfsng_datapath import datapath, plugin  # noqa: F401
+from zfsng_datapath import datapath, mirror, plugin  # noqa: F401
 
 
 def handlers():
@@ -17,5 +17,5 @@ def handlers():
 
 
 def datapath_main(argv=None):
-    """The datapath plugin: Plugin.Query and Datapath.* methods."""
+    """The datapath plugin: Plugin.Query, Datapath.* and Data.* methods."""
     return wire.main(argv or sys.argv, wire.DATAPATH_INTERFACES, handlers())

@@ -26,6 +26,14 @@ for what each one does):
                                      a minor a tapdisk holds, blktap
                                      3.55.5 answers 0 and the minor stays
                                      listed for good
+  tap-ctl pause -p PID -m MINOR -t SECONDS
+                                     quiesce: in-flight I/O finishes, the
+                                     image closes, the ring waits
+  tap-ctl unpause -p PID -m MINOR [-2 nbd:SOCKET]
+                                     reopen and resume; -2 adds an NBD
+                                     secondary in mirror mode (writes go to
+                                     both; a failing secondary is dropped,
+                                     nbd_mirror_failed in its stats)
   tap-ctl list                       one line per VBD, tapdisk and orphan
                                      minor: "pid=%d minor=%d state=%#x
                                      args=%s:%s", fields left out when
@@ -71,7 +79,13 @@ from zfsng_datapath.errors import TapdevHeld, TapdiskError, \
     TapdiskUnavailable
 
 TAP_CTL = "tap-ctl"
+# Every VBD a tapdisk opens serves its image over NBD (fixed newstyle, any
+# export name) on this unix socket (tapdisk_vbd_start_nbdservers at open,
+# TAPDISK_NBDSERVER_NEW_SOCK_PATH "<pid>.<minor>"): xapi's migrations write
+# into a disk through it. It exists from open to close.
+NBD_SOCKET = "/var/run/blktap-control/nbd%d.%d"
 CLOSE_TIMEOUT = 120   # seconds: tap-ctl close -t, as SMAPIv1 uses
+PAUSE_TIMEOUT = 60    # seconds: tap-ctl pause -t (in-flight I/O to finish)
 IMAGE_TYPE = "aio"    # raw: the zvol's blocks are the disk's blocks
 # Known transient failures, retried a bounded number of times (as sm's
 # blktap2.py does): `list` fails with EPROTO or ENOENT when a tapdisk exits
@@ -138,6 +152,11 @@ def allocate():
     return int(match.group(2)), line
 
 
+def nbd_socket(pid, minor):
+    """The path of the NBD server of the tapdisk pid's VBD minor."""
+    return NBD_SOCKET % (int(pid), int(minor))
+
+
 def attach(pid, minor):
     _run(["attach", "-p", str(pid), "-m", str(minor)])
 
@@ -157,6 +176,23 @@ def close(pid, minor):
 
 def detach(pid, minor):
     _run(["detach", "-p", str(pid), "-m", str(minor)])
+
+
+def pause(pid, minor):
+    """Quiesce the VBD: in-flight requests finish, the image is closed, new
+    guest requests wait in the ring (a guest sees a stall, not an error)
+    until unpause. A migration's last copy runs while it is paused."""
+    _run(["pause", "-p", str(pid), "-m", str(minor),
+          "-t", str(PAUSE_TIMEOUT)])
+
+
+def unpause(pid, minor, secondary=None):
+    """Reopen the image and resume; with secondary (``nbd:<socket>``) every
+    later write also goes to it, acknowledged once both have it (mirror
+    mode), and a failing secondary is dropped, the guest unaffected
+    (``nbd_mirror_failed`` in stats)."""
+    argv = ["unpause", "-p", str(pid), "-m", str(minor)]
+    _run(argv + (["-2", secondary] if secondary else []))
 
 
 def device_present(tapdev):

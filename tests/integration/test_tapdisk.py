@@ -103,11 +103,15 @@ class Xapi(object):
         tapdev and the zvol's path."""
         self("Datapath.open", persistent=persistent)
         result = self("Datapath.attach", domain=domain)
-        xendisk, block = result["implementations"]
+        xendisk, block, nbd = result["implementations"]
         assert xendisk[0] == "XenDisk" and block[0] == "BlockDevice"
         assert xendisk[1]["backend_type"] == "vbd3"
         self("Datapath.activate_readonly" if readonly else
              "Datapath.activate", domain=domain)
+        row = vbd_of(xendisk[1]["params"])
+        assert nbd[0] == "Nbd" and nbd[1]["uri"].startswith(
+            "nbd:unix:/var/run/blktap-control/nbd%d.%d:exportname=" % (
+                row["pid"], row["minor"]))
         return xendisk[1]["params"], block[1]["path"]
 
     def stop(self, domain=GUEST):

@@ -300,7 +300,7 @@ def test_the_scheme_is_the_volume_plugins_and_no_xcp_ng_datapath():
         "datapath.py"]
     assert sorted(wire.SERVED["zfsng_datapath"]) == sorted(["Plugin.Query"] + [
         m for m in wire.methods_of(wire.DATAPATH_INTERFACES)
-        if m.startswith("Datapath.")])
+        if m.startswith(("Datapath.", "Data."))])
 
 
 @pytest.mark.parametrize("bad", [
@@ -437,11 +437,13 @@ def test_the_device_is_checked_with_zvol_id(host, vdi):
 def test_guest_attach_spawns_allocates_attaches(host, vdi):
     sr, vol = vdi
     result = dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    (pid,) = host.tap.tapdisks
     assert result == {"implementations": [
         ["XenDisk", {"params": "/dev/xen/blktap-2/tapdev0", "extra": {},
                      "backend_type": "vbd3"}],
-        ["BlockDevice", {"path": host.link(dataset_of(vol))}]]}
-    (pid,) = host.tap.tapdisks
+        ["BlockDevice", {"path": host.link(dataset_of(vol))}],
+        ["Nbd", {"uri": "nbd:unix:/var/run/blktap-control/nbd%d.0:"
+                        "exportname=%s" % (pid, vol["key"])}]]}
     assert [a[1] for a in host.ran("tap-ctl") if a[1] != "list"] == \
         ["spawn", "allocate", "attach"]
     assert host.ran("tap-ctl", "attach") == [
@@ -864,6 +866,44 @@ def test_udevadm_info_stands_in_for_a_missing_zvol_id(host, vdi,
         ["udevadm", "info", "--query=symlink",
          "--name=" + host.zd[dataset_of(vol)]]]
     assert host.ran(host.zvol_id) == []
+
+
+def xapi_parse_nbd_uri(uri):
+    """storage_interface.ml's parse_nbd_uri, as xapi (v26.1.4) reads an Nbd
+    implementation: (socket, export) or a failure."""
+    parts = uri.split(":")
+    assert len(parts) == 4 and parts[:2] == ["nbd", "unix"], uri
+    assert parts[3].startswith("exportname="), uri
+    export = parts[3].split("exportname=")
+    assert [e for e in export if e] == [parts[3][len("exportname="):]], uri
+    return parts[2], parts[3][len("exportname="):]
+
+
+@pytest.mark.parametrize("which", ["vdi", "snapshot"])
+def test_a_guest_attach_answers_tapdisks_nbd_server_as_xapi_reads_it(
+        host, snap_vdi, which):
+    """What receive_start3 and get_nbd_server take (nbd_export_of_attach_
+    info, the first Nbd): the socket of this VBD's tapdisk, whatever the
+    domain is called (xapi's pseudo-domains MIR... and CP... too); a dom0
+    attach has no tapdisk and answers none."""
+    sr, vol, snap = snap_vdi
+    target = vol if which == "vdi" else snap
+    for domain in (GUEST, "MIR1a2b3c"):
+        result = dp("Datapath.attach", uri=uri_of(target), domain=domain)
+        nbds = [i[1]["uri"] for i in result["implementations"]
+                if i[0] == "Nbd"]
+        assert len(nbds) == 1
+        socket_path, export = xapi_parse_nbd_uri(nbds[0])
+        vbd = [v for v in host.tap.vbds()
+               if "tapdev%d" % v[1] in result["implementations"][0][1][
+                   "params"]]
+        assert socket_path == "/var/run/blktap-control/nbd%d.%d" % (
+            vbd[0][0], vbd[0][1])
+        assert export == dataset_of(target).rsplit("/", 1)[1]
+        again = dp("Datapath.attach", uri=uri_of(target), domain=domain)
+        assert again == result                        # get_nbd_server
+    dom0 = dp("Datapath.attach", uri=uri_of(target), domain=DOM0)
+    assert [i[0] for i in dom0["implementations"]] == ["BlockDevice"]
 
 
 # --- snapshot VDIs -----------------------------------------------------------

@@ -37,7 +37,7 @@ def test_layout(root, dpplugin):
     directory = os.path.join(root, DATAPATH_PLUGIN)
     names = sorted(os.listdir(directory))
     methods = [m for m in dpplugin.wire.methods_of(
-        dpplugin.wire.DATAPATH_INTERFACES) if m.startswith("Datapath.")]
+        dpplugin.wire.DATAPATH_INTERFACES) if m.startswith("Data")]
     assert names == sorted(["datapath.py", "Plugin.Query"] + methods)
     for name in names:
         path = os.path.join(directory, name)

@@ -59,12 +59,14 @@ def test_served_methods_are_declared_once_in_the_plugins_interfaces(package):
 def test_what_is_served_and_installed():
     """The executables `make install` makes: every declared method of the
     volume plugin's interfaces; for the datapath, Plugin.Query and every
-    Datapath method (xapi calls no other Plugin method on a datapath)."""
+    Datapath and Data method (xapi calls no other Plugin method on a
+    datapath)."""
     assert wire.SERVED["zfsng_volume"] == wire.methods_of(wire.VOLUME_INTERFACES)
     assert wire.SERVED["zfsng_datapath"] == \
-        ["Plugin.Query"] + wire.methods_of(("Datapath",))
+        ["Plugin.Query"] + wire.methods_of(("Datapath", "Data"))
     assert "Volume.clone" in wire.SERVED["zfsng_volume"]
     assert "Datapath.attach" in wire.SERVED["zfsng_datapath"]
+    assert {"Data.mirror", "Data.stat"} <= set(wire.SERVED["zfsng_datapath"])
     assert wire.UNIMPLEMENTED <= set(wire.SERVED["zfsng_volume"])
 
 

@@ -160,3 +160,51 @@ def test_the_bitmap_covers_the_disk_and_partial_blocks():
                        (9 * 64 * KiB - 1, 9 * 64 * KiB + 1)], size)
     assert bits == bytes([0b10000000, 0b11000000, 0b00001000])
     assert blockmap.bitmap([], 0) == b""
+
+
+# --- replay: a migration's copy ----------------------------------------------
+
+def data_write(number, offset, data, order="<"):
+    return record(ss.WRITE, [(8, "Q", number), (24, "Q", offset),
+                             (32, "Q", len(data))], order, data)
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_replay_hands_over_the_data_objects_bytes_and_holes(order):
+    one, two = bytes(random.getrandbits(8) for _ in range(40 * KiB)), \
+        b"\x07" * (16 * KiB)
+    stream = (begin(order) + obj(1, order=order) +
+              data_write(1, 0, one, order) +
+              data_write(2, 0, b"\x99" * 512, order) +     # not the zvol's
+              free(1, 64 * KiB, 32 * KiB, order) +
+              data_write(1, 128 * KiB, two, order) +
+              free(1, 1 * MiB, ss.END_OF_OBJECT, order) + end(order))
+    writes, frees = [], []
+    written = ss.replay(io.BytesIO(stream).read,
+                        lambda at, data: writes.append((at, data)),
+                        lambda at, n: frees.append((at, n)), chunk=16 * KiB)
+    assert written == len(one) + len(two)
+    assert [(at, len(d)) for at, d in writes] == [
+        (0, 16 * KiB), (16 * KiB, 16 * KiB), (32 * KiB, 8 * KiB),
+        (128 * KiB, 16 * KiB)]
+    assert b"".join(d for at, d in writes[:3]) == one
+    assert writes[3][1] == two
+    assert frees == [(64 * KiB, 32 * KiB), (1 * MiB, None)]
+
+
+@pytest.mark.parametrize("record_", [
+    lambda: write(1, 0, 16 * KiB, compressed=4 * KiB),
+    lambda: embedded(1, 0, 16 * KiB),
+])
+def test_replay_refuses_a_stream_it_cannot_copy_exactly(record_):
+    stream = begin() + obj(1) + record_() + end()
+    with pytest.raises(errors.InternalError, match="not made with -L alone"):
+        ss.replay(io.BytesIO(stream).read, lambda *a: None,
+                  lambda *a: None)
+
+
+def test_replay_of_a_cut_stream_is_an_error():
+    stream = begin() + obj(1) + data_write(1, 0, b"z" * (16 * KiB))
+    with pytest.raises(errors.InternalError, match="ended inside"):
+        ss.replay(io.BytesIO(stream[:-100]).read, lambda *a: None,
+                  lambda *a: None)

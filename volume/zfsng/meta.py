@@ -117,6 +117,9 @@ DATAPATH_CLONE = prop("datapath-clone")
 # list_changed_blocks to the live disk sends from a snapshot taken for the
 # call, <vol>@<this><uuid>, destroyed before the call returns.
 CBT_SNAPSHOT = "zfsng-cbt-"
+# A storage migration's copy rounds snapshot the live disk, <vol>@<this>
+# <uuid>, held (lock.reading) by the mirror job until it destroys them.
+MIRROR_SNAPSHOT = "zfsng-sxm-"
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",
@@ -277,11 +280,11 @@ def clones_of(row):
 
 
 def is_internal(row):
-    """A snapshot zfs-ng takes for one call: to clone a live VDI, or to
-    list the changes of a live VDI."""
+    """A snapshot zfs-ng takes for one call: to clone a live VDI, to list
+    the changes of a live VDI, or to copy it in a migration."""
     return is_snapshot(row) and \
         object_uuid(row["name"]).startswith((INTERNAL_SNAPSHOT,
-                                             CBT_SNAPSHOT))
+                                             CBT_SNAPSHOT, MIRROR_SNAPSHOT))
 
 
 def is_data_destroyed(row):

@@ -134,3 +134,39 @@ def writes_and_frees(read):
         end = END_OF_OBJECT if length is None else offset + length
         (frees if kind == FREE else writes).append((offset, end))
     return blockmap.normal(writes), blockmap.normal(frees)
+
+
+def replay(read, write, free, chunk=1 << 20):
+    """Replay the data object of a ``zfs send -L`` stream (no -c, no -e:
+    every WRITE payload is the block's logical bytes), as it is read:
+    write(offset, data) per WRITE, in pieces of at most chunk bytes, and
+    free(offset, length) per FREE (length None: to the object's end).
+    What a storage migration copies a snapshot, or the change between two,
+    with: ZFS reads only the blocks the stream holds, and nothing is held
+    in memory beyond one piece. Returns the bytes written."""
+    order, written = None, 0
+    while True:
+        hdr = _exactly(read, HEADER)
+        if order is None:
+            order = _byte_order(hdr)
+        kind = struct.unpack_from(order + "I", hdr, 0)[0]
+        size = _payload(kind, hdr, order)
+        obj = struct.unpack_from(order + "Q", hdr, 8)[0]
+        if kind in (WRITE_EMBEDDED, WRITE_BYREF) or \
+                (kind == WRITE and hdr[50]):
+            raise errors.InternalError(
+                "zfs send stream: an embedded, deduplicated or compressed "
+                "record: the stream was not made with -L alone")
+        if kind == WRITE and obj == DATA_OBJECT:
+            offset = struct.unpack_from(order + "Q", hdr, 24)[0]
+            for at in range(0, size, chunk):
+                write(offset + at, _exactly(read, min(chunk, size - at)))
+            written += size
+            continue
+        _skip(read, size)
+        if kind == FREE and obj == DATA_OBJECT:
+            offset, length = struct.unpack_from(order + "QQ", hdr, 16)
+            free(offset, None if length == END_OF_OBJECT else length)
+        elif kind == END:
+            return written
+

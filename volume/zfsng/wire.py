@@ -75,6 +75,7 @@ class LongString(object):
 STR = Prim("string", (str,))
 LONG_STR = Prim("string", (str, LongString))
 BOOL = Prim("bool", (bool,))
+FLOAT = Prim("float", (float,))
 INT = Int64("int64", (int,))
 UNIT = Prim("unit (null)", (type(None),))
 
@@ -183,6 +184,11 @@ IMPLEMENTATION = Variant({
 
 ATTACH_RESULT = Record({"implementations": ListOf(IMPLEMENTATION)})
 
+# Data.*: a long-running operation, and what Data.stat says of it
+OPERATION = Variant({"CopyV1": STR, "MirrorV1": STR})
+OPERATION_STATUS = Record({"failed": BOOL, "complete": BOOL,
+                           "progress": FLOAT}, optional=["progress"])
+
 _SR = [("sr", STR)]
 _KEY = _SR + [("key", STR)]
 
@@ -230,10 +236,13 @@ METHODS = {
     "Datapath.deactivate": ([("uri", STR), ("domain", STR)], UNIT),
     "Datapath.detach": ([("uri", STR), ("domain", STR)], UNIT),
     "Datapath.close": ([("uri", STR)], UNIT),
+    "Data.mirror": ([("uri", STR), ("domain", STR), ("remote", STR)],
+                    OPERATION),
+    "Data.stat": ([("operation", OPERATION)], OPERATION_STATUS),
 }
 
 VOLUME_INTERFACES = ("Plugin", "SR", "Volume")
-DATAPATH_INTERFACES = ("Plugin", "Datapath")
+DATAPATH_INTERFACES = ("Plugin", "Datapath", "Data")
 
 
 def methods_of(interfaces):
@@ -251,7 +260,7 @@ def methods_of(interfaces):
 # Plugin.Query only: it is all xapi-storage-script asks a datapath plugin.
 SERVED = {
     "zfsng_volume": methods_of(VOLUME_INTERFACES),
-    "zfsng_datapath": ["Plugin.Query"] + methods_of(("Datapath",)),
+    "zfsng_datapath": ["Plugin.Query"] + methods_of(("Datapath", "Data")),
 }
 
 # Served (installed) but deliberately without an implementation: they answer

@@ -335,6 +335,24 @@ def send_data(snapshot, bound=None):
     return found[0]
 
 
+def send_replay(base, snapshot, write, free, bound):
+    """Replay the snapshot's data (the change since base, a snapshot of the
+    same zvol, or all of it when base is None) through write and free
+    (sendstream.replay), read from ``zfs send -L`` as it comes. Returns
+    the bytes written. bound: seconds for the whole send."""
+    for name in (base or "", snapshot):
+        if name.startswith("-"):
+            raise errors.InternalError("dataset name looks like an option:"
+                                       " %r" % name)
+    argv = ["zfs", "send", "-L"] + (["-i", base] if base else []) + \
+        [snapshot]
+    result, written = runner.stream(
+        argv, lambda read: sendstream.replay(read, write, free), bound=bound)
+    if result.rc != 0:
+        raise classify(result)
+    return written
+
+
 def createtxg(name):
     """The txg a snapshot was taken in (a bookmark: its snapshot's)."""
     text = zfs("get", "-Hp", "-o", "value", "-t", "all", "createtxg", "--",

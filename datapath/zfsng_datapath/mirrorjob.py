@@ -1,0 +1,261 @@
+"""The mirror job: the process Data.mirror starts, which copies a running
+VM's disk to the destination, then mirrors the guest's writes to it.
+
+1. Copy in rounds. Round 0 snapshots the zvol and sends the snapshot
+   (``zfs send -L``: ZFS reads only allocated blocks, holes are FREE
+   records) into the destination over the one upstream NBD connection.
+   Each later round snapshots again and sends only the change since the
+   previous snapshot, which ZFS knows exactly (the blocks born since).
+   The guest writes meanwhile; each round is smaller than the last while
+   the link is faster than the guest.
+2. Once a round is small (ROUND_SMALL), or after MAX_ROUNDS, the guest's
+   tapdisk is paused (its in-flight writes finish, the image is closed),
+   the last change is snapshotted and sent, and tapdisk is unpaused with
+   this job's relay as its NBD secondary: from then on tapdisk
+   acknowledges a guest write once both the zvol and the destination have
+   it. No background copy runs after that, so none can write over a
+   mirrored write. The pause is logged (and kept in the job's state).
+3. Mirror: the relay forwards tapdisk's writes until tapdisk closes the
+   secondary (the VBD closed: the VM moved or stopped); Data.stat says
+   complete from the unpause on.
+
+Zeros. The destination starts empty (xapi creates it for the migration),
+so a FREE needs zeros sent only where this job wrote data before: the
+job keeps the ranges it wrote (``blockmap``), and a FREE of a range never
+written costs nothing, however large (a sparse 16 TiB disk copies its
+data, not its size).
+
+A guest that writes faster than the link: the rounds do not shrink; after
+MAX_ROUNDS the job goes to the pause only if the last change is under
+FINAL_MAX, else it fails saying so, and the VM keeps running here.
+
+Every snapshot is held with ``lock.reading`` while the job uses it: the
+collector frees it once the job is gone (crash, reboot), and the job
+destroys it itself when done.
+"""
+
+import bisect
+import contextlib
+import os
+import sys
+import threading
+import time
+
+from zfsng import blockmap, errors, lock, log, meta, names, zfs
+from zfsng_datapath import mirror, nbd, relay, tapctl
+from zfsng_datapath.errors import NbdError
+
+MiB = 1 << 20
+ROUND_SMALL = 64 * MiB     # a change this small is sent while paused
+FINAL_MAX = 1024 * MiB     # the most ever sent while the guest is paused
+MAX_ROUNDS = 10
+MIN_RATE = MiB             # bytes/s: a send's bound is its size at this
+
+
+class Job(object):
+    """The job's state file, saved whole at each step."""
+
+    def __init__(self, key):
+        self.doc = mirror.load(key)
+        if self.doc is None:
+            raise errors.InternalError("no mirror job %s" % key)
+        self.key = key
+
+    def update(self, **fields):
+        self.doc.update(fields)
+        mirror.save(self.doc)
+
+    def __getitem__(self, name):
+        return self.doc[name]
+
+
+def main(argv):
+    key = argv[1]
+    log.setup("mirror", key)
+    job = Job(key)
+    job.update(pid=os.getpid(), phase="copying")
+    try:
+        with contextlib.ExitStack() as held:
+            run(job, held)
+        job.update(phase="done")
+        log.info("mirror %s done", key)
+        return 0
+    except Exception as exc:     # the job's end: recorded, never raised
+        message = getattr(exc, "message", None) or repr(exc)
+        job.update(phase="failed", error=message)
+        log.error("mirror %s failed: %s", key, message)
+        return 1
+
+
+def run(job, held):
+    zvol = job["dataset"]
+    row = zfs.get_one(zvol, ["volsize", "logicalreferenced"])
+    size = int(row["volsize"])
+    job.update(total=int(row["logicalreferenced"] or 0))
+    socket_path, export = nbd.parse_uri(job["remote"])
+    client = nbd.Client.connect(socket_path, export)
+    held.callback(client.close)
+    if client.size != size:
+        raise NbdError("the destination is %d bytes, the disk %d"
+                       % (client.size, size))
+    copy = Copy(job, client, zvol, size)
+    base = copy.rounds(held)
+    sock = os.path.join(mirror.DIR, job.key + ".sock")
+    listener = relay.listen(sock)
+    held.callback(lambda: _unlink(sock))
+    held.callback(listener.close)
+    conn = copy.final(base, held, listener)
+    job.update(phase="mirroring")
+    forwarder = relay.Forwarder(conn, client)
+    forwarder.run()
+    client.flush()
+    job.update(mirrored=forwarder.forwarded)
+
+
+class Copy(object):
+    """Snapshots and sends, keeping the ranges written upstream."""
+
+    def __init__(self, job, client, zvol, size):
+        self.job, self.client, self.zvol, self.size = job, client, zvol, size
+        self.held = []     # range set of what earlier rounds wrote there
+        self.writes, self.frees = [], []      # this round's records
+
+    def snapshot(self, held):
+        """A new snapshot of the zvol, held until the job ends."""
+        snap = "%s@%s%s" % (self.zvol, meta.MIRROR_SNAPSHOT,
+                            names.new_uuid())
+        held.enter_context(lock.reading(snap))
+        with lock.sr_lock(self.job["sr"]):
+            zfs.snapshot(snap)
+        held.callback(lambda: _drop(self.job["sr"], snap))
+        return snap
+
+    def send(self, base, snap):
+        """Send snap's change since base (all of it without a base)."""
+        started, before = time.monotonic(), self.client.sent
+        total = max(self.job["total"], self.size // 64)
+        self.writes, self.frees = [], []
+        zfs.send_replay(base, snap, self._write, self._free,
+                        bound=max(600, total // MIN_RATE))
+        self.client.flush()
+        # one stream's records never overlap: merged once per round
+        self.held = blockmap.union(
+            blockmap.subtract(self.held, blockmap.normal(self.frees)),
+            self.writes)
+        seconds = time.monotonic() - started
+        sent = self.client.sent - before
+        rounds = self.job["rounds"] + [{"bytes": sent,
+                                        "seconds": round(seconds, 3)}]
+        self.job.update(copied=self.job["copied"] + sent, rounds=rounds)
+        log.info("mirror round %d: %d bytes in %.1f s (%.1f MB/s)",
+                 len(rounds), sent, seconds, sent / max(seconds, 1e-3) / 1e6)
+        return sent
+
+    def rounds(self, held):
+        base = None
+        for n in range(MAX_ROUNDS):
+            snap = self.snapshot(held)
+            sent = self.send(base, snap)
+            base = snap
+            if n and sent <= ROUND_SMALL:
+                return base
+        if sent > FINAL_MAX:
+            raise errors.StorageError(
+                "the guest writes faster than the link carries: after %d "
+                "rounds the change is still %d MiB; the VM keeps running "
+                "here" % (MAX_ROUNDS, sent // MiB))
+        return base
+
+    def final(self, base, held, listener):
+        """Pause, send the last change, unpause with the relay as tapdisk's
+        secondary; returns tapdisk's connection to the relay."""
+        pid, minor = self.job["tapdisk"], self.job["minor"]
+        came = {}
+        waiter = threading.Thread(target=_accept,
+                                  args=(listener, self.size, came))
+        tapctl.pause(pid, minor)
+        paused = time.monotonic()
+        try:
+            self.send(base, self.snapshot(held))
+        except BaseException:
+            _resume(pid, minor)
+            raise
+        waiter.start()
+        try:
+            tapctl.unpause(pid, minor, "nbd:" + listener.getsockname())
+        except BaseException:
+            _resume(pid, minor)   # tapdisk stays paused when its secondary
+            raise                 # fails to open: never leave the guest so
+        finally:
+            waiter.join(relay.ACCEPT_TIMEOUT + 5)
+        pause = time.monotonic() - paused
+        self.job.update(pause_seconds=round(pause, 3))
+        log.info("mirror: the guest was paused %.2f s; mirroring", pause)
+        if "conn" not in came:
+            raise came.get("error") or NbdError("tapdisk did not connect")
+        return came["conn"]
+
+    def _write(self, offset, data):
+        self.client.write(offset, data)
+        if self.writes and self.writes[-1][1] == offset:
+            self.writes[-1] = (self.writes[-1][0], offset + len(data))
+        else:
+            self.writes.append((offset, offset + len(data)))
+
+    def _free(self, offset, length):
+        """Zeros where an earlier round wrote data; nothing elsewhere."""
+        end = self.size if length is None else min(self.size,
+                                                   offset + length)
+        for start, stop in _overlap(self.held, offset, end):
+            self.client.zero(start, stop - start)
+        self.frees.append((offset, end))
+
+
+def _overlap(ranges, offset, end):
+    """The parts of offset..end in the range set ranges (bisected: a
+    round may have many FREEs and the set many ranges)."""
+    i = bisect.bisect_right(ranges, (offset, offset)) - 1
+    found = []
+    for start, stop in ranges[max(i, 0):]:
+        if start >= end:
+            break
+        if stop > offset:
+            found.append((max(start, offset), min(stop, end)))
+    return found
+
+
+def _resume(pid, minor):
+    """Unpause without a secondary; never raises (the error that led here
+    is the one to report)."""
+    try:
+        tapctl.unpause(pid, minor)
+    except errors.StorageError as exc:
+        log.error("mirror: could not unpause tapdisk %s minor %s: %s",
+                  pid, minor, exc.message)
+
+
+def _accept(listener, size, came):
+    try:
+        came["conn"] = relay.accept(listener, size)
+    except NbdError as exc:
+        came["error"] = exc
+
+
+def _drop(sr, snap):
+    try:
+        with lock.sr_lock(sr):
+            zfs.destroy(snap)
+    except errors.StorageError as exc:
+        log.warning("mirror: %s left for the collector: %s", snap,
+                    exc.message)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,146 @@
+"""Data.mirror and Data.stat on the fake host: what is refused before
+anything starts, the job recorded and its process started under a bound,
+and Data.stat read from the job's file (the mirror job itself runs on real
+ZFS and tapdisk: tests/integration/test_migrate_out.py). Also the copy's
+rule for zeros: sent only where an earlier round wrote data."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_datapath import DOM0, GUEST, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
+from zfsng import errors, runner
+from zfsng_datapath import mirror, mirrorjob
+from zfsng_datapath.errors import NbdError, NotAttached
+
+REMOTE = "nbd+unix:///leaf?socket=/var/run/nbdproxy/export/MIR1a2b3c"
+
+
+@pytest.fixture
+def spawned(host, monkeypatch, tmp_path):
+    """The argv lists Data.mirror started (none really started)."""
+    monkeypatch.setattr(mirror, "DIR", str(tmp_path / "mirrors"))
+    started = []
+    monkeypatch.setattr(runner, "spawn_detached", started.append)
+    return started
+
+
+def running(vol):
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
+
+
+def test_starts_a_bounded_job_and_answers_its_key(host, vdi, spawned):
+    sr, vol = vdi
+    running(vol)
+    kind, key = dp("Data.mirror", uri=uri_of(vol), domain=GUEST,
+                   remote=REMOTE)
+    assert kind == "MirrorV1"
+    [argv] = spawned
+    assert argv[:4] == ["timeout", "-k", "30", str(mirror.LIFETIME)]
+    assert argv[4:] == [sys.executable, "-m", "zfsng_datapath.mirrorjob",
+                        key]
+    job = mirror.load(key)
+    assert (job["uri"], job["domain"], job["remote"], job["phase"]) == (
+        uri_of(vol), GUEST, REMOTE, "starting")
+    assert [job["tapdisk"]] == list(host.tap.tapdisks)
+    assert job["minor"] == 0
+
+
+@pytest.mark.parametrize("case", ["snapshot", "dom0", "remote", "inactive",
+                                  "other-domain"])
+def test_refuses_before_starting_anything(snap_vdi, spawned, case):
+    sr, vol, snap = snap_vdi
+    running(vol)
+    args = {"uri": uri_of(vol), "domain": GUEST, "remote": REMOTE}
+    want = errors.InvalidArgument
+    if case == "snapshot":
+        args["uri"] = uri_of(snap)
+    elif case == "dom0":
+        args["domain"] = DOM0
+    elif case == "remote":
+        args["remote"], want = "nbd://host:10809/leaf", NbdError
+    elif case == "inactive":
+        dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+        want = NotAttached
+    else:
+        args["domain"], want = "9", NotAttached
+    with pytest.raises(want):
+        dp("Data.mirror", **args)
+    assert spawned == []
+    assert not os.path.isdir(mirror.DIR) or os.listdir(mirror.DIR) == []
+
+
+def job_in(phase, pid, **fields):
+    job = {"key": "0b7f4c36-3e2a-4d51-9a1c-5f6e7d8c9b0a", "phase": phase,
+           "pid": pid, "copied": 0, "total": 0, "rounds": []}
+    job.update(fields)
+    mirror.save(job)
+    return job["key"]
+
+
+@pytest.fixture
+def live_job_pid():
+    """A process whose command line names the mirror job (pids are
+    checked against it: a reused pid is no job)."""
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; time.sleep(60)",
+                             "zfsng_datapath.mirrorjob"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("phase,alive,want", [
+    ("copying", True, {"failed": False, "complete": False}),
+    ("mirroring", True, {"failed": False, "complete": True,
+                         "progress": 1.0}),
+    ("done", False, {"failed": False, "complete": True, "progress": 1.0}),
+    ("failed", False, {"failed": True, "complete": False}),
+    ("copying", False, {"failed": True, "complete": False}),   # it died
+])
+def test_stat_reads_the_jobs_file(spawned, live_job_pid, phase, alive,
+                                  want):
+    key = job_in(phase, live_job_pid if alive else 999999,
+                 copied=300, total=1000)
+    got = dp("Data.stat", operation=["MirrorV1", key])
+    assert {k: got[k] for k in want} == want
+    if not got["complete"]:
+        assert got["progress"] == pytest.approx(0.99 * 0.3)
+
+
+def test_stat_of_an_unknown_operation_is_a_typed_error(spawned):
+    for operation in (["MirrorV1", "0b7f4c36-3e2a-4d51-9a1c-5f6e7d8c9b0a"],
+                      ["CopyV1", "0b7f4c36-3e2a-4d51-9a1c-5f6e7d8c9b0a"],
+                      ["MirrorV1", "../../etc/passwd"]):
+        with pytest.raises(errors.InvalidArgument):
+            dp("Data.stat", operation=operation)
+
+
+class Recorder(object):
+    """An NBD client that records what it is asked."""
+
+    def __init__(self):
+        self.zeroed, self.sent = [], 0
+
+    def zero(self, offset, length):
+        self.zeroed.append((offset, offset + length))
+
+    def write(self, offset, data):
+        self.sent += len(data)
+
+
+def test_zeros_are_sent_only_where_an_earlier_round_wrote():
+    client = Recorder()
+    copy = mirrorjob.Copy({"total": 0}, client, "tank/v", 1 << 40)
+    copy.held = [(0, 100), (1000, 2000), (5000, 6000)]
+    copy.writes, copy.frees = [], []
+    copy._free(50, 1500)                 # over two written ranges
+    copy._free(3000, 1000)               # never written: nothing sent
+    copy._free(5500, None)               # to the end of the disk
+    assert client.zeroed == [(50, 100), (1000, 1550), (5500, 6000)]
+    copy._write(4096, b"x" * 512)
+    copy._write(4608, b"y" * 512)        # touching: one range
+    assert copy.writes == [(4096, 5120)]
