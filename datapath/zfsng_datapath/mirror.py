@@ -24,6 +24,7 @@ before it finished is failed, whatever its file says.
 
 import os
 import sys
+import time
 
 from zfsng import errors, log, names, runfiles, runner, wire
 from zfsng_datapath import nbd, scope, state, uri as urimod
@@ -31,6 +32,7 @@ from zfsng_datapath.errors import NotAttached
 
 DIR = state.RUN_DIR + "-mirror"
 LIFETIME = 24 * 3600    # seconds: the bound on a job's whole life
+START_GRACE = 60        # seconds for a started job to record its pid
 FINISHED = ("done", "failed")
 
 
@@ -48,19 +50,23 @@ def save(job):
     runfiles.write_json(path(job["key"]), job)
 
 
-def _alive(pid):
+def _alive(job):
+    """Whether the job's process runs (a job not yet started is given
+    START_GRACE seconds to record its pid)."""
+    pid = job.get("pid")
+    if not pid:
+        return time.time() - job.get("started", 0) < START_GRACE
     try:
-        os.kill(pid, 0)
-    except OSError:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:   # not a reused pid
+            return b"zfsng_datapath.mirrorjob" in f.read()
+    except (IOError, OSError):
         return False
-    with open("/proc/%d/cmdline" % pid, "rb") as f:   # not a reused pid
-        return b"zfsng_datapath.mirrorjob" in f.read()
 
 
 def status(job):
     """Data.stat's answer for a job."""
     phase = job["phase"]
-    if phase not in FINISHED and not _alive(job.get("pid") or 0):
+    if phase not in FINISHED and not _alive(job):
         phase = "failed"
     total = max(job.get("total") or 0, 1)
     progress = 1.0 if phase in ("mirroring", "done") else \
@@ -88,6 +94,7 @@ def mirror(dbg, uri, domain, remote):
     job = {"key": key, "uri": uri, "dataset": target.dataset,
            "sr": target.sr, "domain": domain, "remote": remote,
            "tapdisk": st["pid"], "minor": st["minor"], "phase": "starting",
+           "started": time.time(),
            "copied": 0, "total": 0, "rounds": []}
     save(job)
     runner.spawn_detached(["timeout", "-k", "30", str(LIFETIME),

@@ -98,7 +98,7 @@ class Forwarder(object):
     def __init__(self, conn, client):
         self.conn, self.client = conn, client
         self.upstream = client.sock
-        self.lock = threading.Lock()     # the upstream socket's sender
+        self.lock = threading.Lock()     # pending and done
         self.pending = {}   # upstream handle -> (tapdisk's, read length)
         self.next = 1 << 32    # handles apart from the client's own
         self.error = None
@@ -133,17 +133,20 @@ class Forwarder(object):
             if request is None:
                 return                    # NBD_CMD_DISC
             magic, flags, kind, handle, offset, length, data = request
+            self.next += 1
+            # Registered before it is sent (its reply may come at once);
+            # sent outside the lock: a send waiting for the destination to
+            # read must not keep the replies from being taken.
             with self.lock:
-                self.next += 1
                 self.pending[self.next] = (handle, length
                                            if kind == nbd.CMD_READ else 0)
-                try:
-                    self.upstream.sendall(struct.pack(
-                        ">IHHQQI", magic, flags, kind, self.next, offset,
-                        length) + data)
-                except OSError as exc:
-                    self.error = "the NBD link failed: %s" % exc
-                    return
+            try:
+                self.upstream.sendall(struct.pack(
+                    ">IHHQQI", magic, flags, kind, self.next, offset,
+                    length) + data)
+            except OSError as exc:
+                self.error = "the NBD link failed: %s" % exc
+                return
             if kind == nbd.CMD_WRITE:
                 self.forwarded += length
 

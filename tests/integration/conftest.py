@@ -219,7 +219,7 @@ ONE_VERSION = (
     "test_datapath.py", "test_tapdisk.py", "test_tapctl_contract.py",
     "test_nbd_read.py", "test_names_utf8.py", "test_name_limits.py",
     "test_large_vdi.py", "test_vdi_semantics.py", "test_cbt.py",
-    "test_sr_lifecycle.py", "test_migrate_into.py",
+    "test_sr_lifecycle.py",
 )
 BOTH_VERSIONS = (
     "test_cbt.py::test_block_births_list_exactly_what_both_snapshots_"
@@ -261,9 +261,27 @@ def _check_both_versions(items):
                                 % ", ".join(lost))
 
 
+# Storage migration's guest tests (issue 23, in progress) run under their
+# own target, `make test-migration` (ZFSNG_MIGRATION=1), not yet in
+# `make check`: under one emulated vCPU they are not yet stable, and the
+# feature is not declared to xapi (no VDI_MIRROR) until they are.
+MIGRATION = ("test_migrate_into.py", "test_migrate_out.py")
+
+
+def _migration_apart(config, items):
+    if os.environ.get("ZFSNG_MIGRATION") == "1":
+        return
+    apart = [i for i in items
+             if os.path.basename(str(i.fspath)) in MIGRATION]
+    if apart:
+        config.hook.pytest_deselected(items=apart)
+        items[:] = [i for i in items if i not in apart]
+
+
 def pytest_collection_modifyitems(config, items):
     """The split of ONE_VERSION (see _halves): of those tests in the
     order collected, 2.1 runs the first, third... and 2.3 the others."""
+    _migration_apart(config, items)
     _check_both_versions(items)
     if not _halves() or not any(_one_version(i) for i in items):
         return

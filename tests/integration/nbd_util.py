@@ -150,7 +150,7 @@ def _stop(process):
 
 
 @contextlib.contextmanager
-def serve(device, tls=True, export="vdi", timeout=30):
+def serve(device, tls=True, export="vdi", timeout=120):
     """Serve a block device read-only over NBD, as xapi's NBD server serves
     a snapshot's VBD to XO; TLS by default, as xapi's is (tls=False: plain
     TCP, which is what a TLS-less client or qemu-io talks).

@@ -21,71 +21,88 @@ import mmap
 import os
 import random
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
 from conftest import sh
-from datapath_util import GUEST, SIZE, dataset
+from datapath_util import GUEST, STATE_DIR, dataset
 from test_migrate_into import MIRROR_VM, nbd_of
-from test_tapdisk import Xapi, nothing_left, tap_list
+from test_tapdisk import Xapi, nothing_left
 from xapi_flows import domain_of
 
 PROXY_DIR = "/var/run/nbdproxy/export"
 SOURCE_DP = "4b1c7d2e-3f5a-4e6b-9c8d-7a6b5c4d3e2f"
 BLOCK = 64 * 1024
+MIG_SIZE = 32 << 20      # each round is a copy of it under emulation
 
 
-@pytest.fixture
-def dest_sr(plugin, disks, new_uuid):
-    """A second SR: the migration's destination."""
-    stored = plugin("SR.create", uuid=new_uuid(), name="destsr",
-                    description="", configuration={"device": disks[1]})
-    yield plugin("SR.attach", configuration=stored)
-    sh("zpool", "destroy", "-f", "destsr", check=False)
-
-
-def one_shot_proxy(path, upstream):
+class Proxy(threading.Thread):
     """xapi's export_nbd_proxy once connected: one accept, then bytes
-    both ways to upstream until either side closes."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.exists(path):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
+    both ways to upstream until either side closes. For the failure tests
+    it can cut the link: after cut_after bytes towards the destination, or
+    when cut is set."""
 
-    def pipe(a, b):
+    def __init__(self, path, upstream, cut_after=None):
+        threading.Thread.__init__(self, daemon=True)
+        self.upstream, self.cut_after = upstream, cut_after
+        self.cut = threading.Event()
+        self.sent, self.error = 0, None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(1)
+        self.path = path
+        self.start()
+
+    def run(self):
+        conn, _ = self.listener.accept()
+        self.listener.close()
+        os.unlink(self.path)
+        out = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ends = (conn, out)
+        try:
+            out.connect(self.upstream)
+        except OSError as exc:
+            self.error = exc          # the source sees the link go
+            self.close()
+            return
+        threads = [threading.Thread(target=self.pipe, args=(conn, out, True)),
+                   threading.Thread(target=self.pipe, args=(out, conn, False))]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            if self.cut.wait(0.2):
+                self.close()
+            for t in threads:
+                t.join(0.01)
+
+    def pipe(self, a, b, towards):
         try:
             while True:
-                data = a.recv(1 << 20)
+                data = a.recv(1 << 16)
                 if not data:
                     break
+                if towards:
+                    self.sent += len(data)
+                    if self.cut_after is not None and \
+                            self.sent > self.cut_after:
+                        break
                 b.sendall(data)
         except OSError:
             pass
-        for s in (a, b):
+        self.close()
+
+    def close(self):
+        for s in self.ends:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-    def serve():
-        conn, _ = listener.accept()
-        listener.close()
-        os.unlink(path)
-        out = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        out.connect(upstream)
-        threads = [threading.Thread(target=pipe, args=(conn, out)),
-                   threading.Thread(target=pipe, args=(out, conn))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return thread
 
 
 class Writer(threading.Thread):
@@ -107,7 +124,9 @@ class Writer(threading.Thread):
                 buf.write(bytes(BLOCK) if self.rnd.random() < 0.2 else
                           self.rnd.getrandbits(8 * BLOCK).to_bytes(
                               BLOCK, "little"))
-                os.pwrite(fd, buf, self.rnd.randrange(SIZE // BLOCK) * BLOCK)
+                at = self.rnd.randrange(MIG_SIZE // BLOCK) * BLOCK
+                os.pwrite(fd, buf, at)
+                time.sleep(0.005)     # a busy guest, not a flood
                 self.count += 1
         except OSError as exc:
             self.error = exc
@@ -135,30 +154,107 @@ def wait_complete(dp, key, bound=900):
     raise AssertionError("no complete within %d s: %r" % (bound, seen[-3:]))
 
 
-def test_a_running_vms_disk_moves_with_every_write(dp, plugin, sr, dest_sr):
+class ZfsNgDestination(object):
+    """A second zfs-ng SR: receive_start3, then receive_finalize3."""
+
+    def __init__(self, dp, plugin, sr):
+        self.leaf = plugin("Volume.create", sr=sr, name="leaf",
+                           description="", size=MIG_SIZE, sharable=False)
+        self.xapi = Xapi(dp, plugin, sr, self.leaf, repeat=False)
+        attached = self.xapi("Datapath.attach", domain=MIRROR_VM)
+        self.socket, self.export = nbd_of(attached)
+        self.xapi("Datapath.activate", domain=MIRROR_VM)
+
+    def finalize(self):
+        self.xapi("Datapath.deactivate", domain=MIRROR_VM)
+        self.xapi("Datapath.detach", domain=MIRROR_VM)
+        return whole_hash("/dev/zvol/" + dataset(self.leaf))
+
+
+class NbdFileDestination(object):
+    """Any other SR: a plain NBD server (qemu-nbd) on a raw file."""
+
+    def __init__(self, tmp_path):
+        self.image = str(tmp_path / "dest.raw")
+        with open(self.image, "wb") as f:
+            f.truncate(MIG_SIZE)
+        self.socket, self.export = str(tmp_path / "dest.sock"), "leaf"
+        self.proc = subprocess.Popen(
+            ["qemu-nbd", "-f", "raw", "-x", self.export, "-k", self.socket,
+             "-t", self.image], stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.socket):
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            assert time.monotonic() < deadline, "qemu-nbd did not start"
+            time.sleep(0.1)
+
+    def finalize(self):
+        self.proc.terminate()
+        self.proc.wait(60)
+        return whole_hash(self.image)
+
+
+@pytest.fixture(params=["zfs-ng", "nbd-server"])
+def destination(request, dp, plugin, disks, new_uuid, tmp_path):
+    if request.param == "nbd-server":
+        yield NbdFileDestination(tmp_path)
+        return
+    stored = plugin("SR.create", uuid=new_uuid(), name="destsr",
+                    description="", configuration={"device": disks[1]})
+    yield ZfsNgDestination(dp, plugin,
+                           plugin("SR.attach", configuration=stored))
+    sh("zpool", "destroy", "-f", "destsr", check=False)
+
+
+@pytest.fixture
+def released(dp, plugin, sr):
+    """Whatever a failed test left running: the writer stopped, every
+    datapath state of this host released as xapi would (deactivate,
+    detach), so that the SRs' teardown never waits on a held zvol."""
+    left = []
+    yield left
+    for item in left:
+        if isinstance(item, Writer):
+            item.stop.set()
+            item.join(60)
+    for st in datapath_states():
+        for method in ("Datapath.deactivate", "Datapath.detach"):
+            try:
+                dp(method, uri=st["uri"], domain=st["domain"])
+            except Exception:     # best effort: the test has failed already
+                pass
+
+
+def datapath_states():
+    import json
+    found = []
+    for name in os.listdir(STATE_DIR) if os.path.isdir(STATE_DIR) else ():
+        if name.endswith(".json"):
+            with open(os.path.join(STATE_DIR, name)) as f:
+                found.append(json.load(f))
+    return found
+
+
+def test_a_running_vms_disk_moves_with_every_write(dp, plugin, sr,
+                                                   destination, released):
     src = plugin("Volume.create", sr=sr, name="disk", description="",
-                 size=SIZE, sharable=False)
+                 size=MIG_SIZE, sharable=False)
     vm = Xapi(dp, plugin, sr, src, repeat=False)
     tapdev, _ = vm.start(domain=GUEST)
     with open("/dev/zvol/" + dataset(src), "r+b") as f:     # a used disk
-        for at in range(0, SIZE // 2, 4 * BLOCK):
+        for at in range(0, MIG_SIZE // 2, 4 * BLOCK):
             f.seek(at)
             f.write(os.urandom(BLOCK))
     writer = Writer(tapdev, 1)
     writer.start()
-    # destination: receive_start3
-    leaf = plugin("Volume.create", sr=dest_sr, name="leaf", description="",
-                  size=SIZE, sharable=False)
-    dest = Xapi(dp, plugin, dest_sr, leaf, repeat=False)
-    attached = dest("Datapath.attach", domain=MIRROR_VM)
-    socket_path, export = nbd_of(attached)
-    dest("Datapath.activate", domain=MIRROR_VM)
-    # source: send_start
+    released.append(writer)
+    # the source: send_start
     dom0 = domain_of(SOURCE_DP, "0")
     vm("Datapath.attach", domain=dom0)
-    proxy = one_shot_proxy(os.path.join(PROXY_DIR, MIRROR_VM), socket_path)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (export, PROXY_DIR, MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)   # live_vm: domid
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)  # live_vm: domid
     assert op[0] == "MirrorV1"
     seen = wait_complete(dp, op[1])
     progress = [s.get("progress", 0.0) for s in seen]
@@ -175,13 +271,78 @@ def test_a_running_vms_disk_moves_with_every_write(dp, plugin, sr, dest_sr):
     proxy.join(60)
     done = dp("Data.stat", operation=["MirrorV1", op[1]])
     assert done == {"failed": False, "complete": True, "progress": 1.0}
-    # receive_finalize3 on the destination
-    dest("Datapath.deactivate", domain=MIRROR_VM)
-    dest("Datapath.detach", domain=MIRROR_VM)
-    assert whole_hash("/dev/zvol/" + dataset(leaf)) == \
-        whole_hash("/dev/zvol/" + dataset(src))
+    assert destination.finalize() == whole_hash("/dev/zvol/" + dataset(src))
     names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
                sr).split()
     assert not [n for n in names if "@zfsng-sxm-" in n]
-    assert tap_list() == []
     nothing_left(sr)
+
+
+def stat_until(dp, key, what, bound=900):
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        got = dp("Data.stat", operation=["MirrorV1", key])
+        if what(got):
+            return got
+        time.sleep(0.2)
+    raise AssertionError("Data.stat never matched: %r" % got)
+
+
+def job_gone(key):
+    """The job's process ended (its file says so)."""
+    import json
+    path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            job = json.load(f)
+        if job["phase"] in ("done", "failed"):
+            return job
+        time.sleep(0.2)
+    raise AssertionError("the mirror job did not end: %r" % job)
+
+
+@pytest.mark.parametrize("when", ["copying", "mirroring"])
+def test_a_link_cut_fails_the_mirror_and_the_vm_runs_on(dp, plugin, sr,
+                                                        tmp_path, when,
+                                                        released):
+    """The destination lost while the disk is copied, or once it is
+    mirrored: Data.stat says failed, the guest never sees an error (tapdisk
+    was never left paused; a dropped secondary is tapdisk's
+    nbd_mirror_failed), and the job leaves no snapshot behind."""
+    destination = NbdFileDestination(tmp_path)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    with open("/dev/zvol/" + dataset(src), "r+b") as f:
+        f.write(os.urandom(MIG_SIZE // 2))
+    writer = Writer(tapdev, 2)
+    writer.start()
+    released.append(writer)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket,
+                  cut_after=(8 << 20) if when == "copying" else None)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    if when == "mirroring":
+        stat_until(dp, op[1], lambda s: s["complete"] or s["failed"])
+        time.sleep(1)
+        proxy.cut.set()
+    got = stat_until(dp, op[1], lambda s: s["failed"])
+    assert got["complete"] is False
+    job = job_gone(op[1])
+    assert job["phase"] == "failed" and job["error"]
+    time.sleep(1)
+    writer.stop.set()
+    writer.join(60)
+    assert writer.error is None and writer.count > 0
+    with open(tapdev, "rb") as f:                 # the disk still serves
+        assert len(f.read(BLOCK)) == BLOCK
+    names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
+               sr).split()
+    assert not [n for n in names if "@zfsng-sxm-" in n]
+    vm.stop(domain=GUEST)
+    destination.finalize()
+    nothing_left(sr)
+

@@ -93,6 +93,14 @@ def live_job_pid():
     proc.wait()
 
 
+def test_a_job_not_yet_started_is_given_time(spawned, monkeypatch):
+    import time
+    key = job_in("starting", None, started=time.time())
+    assert dp("Data.stat", operation=["MirrorV1", key])["failed"] is False
+    key = job_in("starting", None, started=time.time() - 61)
+    assert dp("Data.stat", operation=["MirrorV1", key])["failed"] is True
+
+
 @pytest.mark.parametrize("phase,alive,want", [
     ("copying", True, {"failed": False, "complete": False}),
     ("mirroring", True, {"failed": False, "complete": True,

@@ -19,6 +19,14 @@ def test_query(fake):
     assert fake.calls == []          # answered without running anything
 
 
+def test_query_does_not_yet_offer_storage_migration(fake):
+    """xapi_vm_migrate.ml lets a VM's disks move only between SRs whose
+    Query lists VDI_MIRROR (VDI_MIRROR_IN for a destination): not before
+    the mirror's guest tests are in make check (plugin.FEATURES)."""
+    features = set(call("Plugin.Query")["features"])
+    assert not {"VDI_MIRROR", "VDI_MIRROR_IN"} & features
+
+
 def test_diagnostics_names_the_pool_and_the_sr(fake):
     sr, _ = create_sr({"vdev": "mirror /dev/sdb /dev/sdc"})
     create_volume(sr)
