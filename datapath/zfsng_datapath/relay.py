@@ -82,12 +82,13 @@ def _shut(conn):
         pass
 
 
-def _recv(conn, n):
+def _recv(conn, n, closed="tapdisk closed the mirror's connection"):
+    """Exactly n bytes from conn; NbdError(closed) at its end."""
     data = b""
     while len(data) < n:
         chunk = conn.recv(n - len(data))
         if not chunk:
-            raise NbdError("tapdisk closed the mirror's connection")
+            raise NbdError(closed)
         data += chunk
     return data
 
@@ -205,10 +206,5 @@ class Forwarder(object):
             pass          # tapdisk went away: the requests side ends
 
     def _upstream_recv(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.upstream.recv(n - len(data))
-            if not chunk:
-                raise NbdError("the destination closed the NBD connection")
-            data += chunk
-        return data
+        return _recv(self.upstream, n,
+                     "the destination closed the NBD connection")

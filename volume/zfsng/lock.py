@@ -42,6 +42,18 @@ def run_file(name, suffix):
     return runfiles.file_name(RUN_DIR, name, suffix)
 
 
+def try_flock(fd):
+    """Take an exclusive flock on fd without waiting: True if taken, False
+    if another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except (IOError, OSError) as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
 def _acquire(fd, name):
     """flock fd, polling, within WAIT and the call's deadline."""
     left = runner.remaining()
@@ -49,12 +61,8 @@ def _acquire(fd, name):
     start = time.monotonic()
     delay = POLL
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if try_flock(fd):
             return time.monotonic() - start
-        except (IOError, OSError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
         waited = time.monotonic() - start
         if waited >= bound:
             raise errors.SrBusy(
@@ -108,11 +116,8 @@ def being_read(snapshot):
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except (IOError, OSError) as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
+        if not try_flock(fd):
             return True
-        raise
     finally:
         os.close(fd)
     try:

@@ -28,8 +28,6 @@ health Unavailable (``last_record``), so xapi sees an unavailable SR rather
 than a failed call, and the admin gets the message.
 """
 
-import errno
-import fcntl
 import json
 import os
 
@@ -83,12 +81,8 @@ def _record(record, state):
     os.makedirs(lock.RUN_DIR, 0o700, exist_ok=True)
     fd = os.open(_path(record["sr"]), os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except (IOError, OSError) as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
+        if not lock.try_flock(f):
+            return False
         try:
             last = json.loads(f.read() or "null")
         except ValueError:
