@@ -7,27 +7,33 @@ VM's disk to the destination, then mirrors the guest's writes to it.
    Each later round snapshots again and sends only the change since the
    previous snapshot, which ZFS knows exactly (the blocks born since).
    The guest writes meanwhile; each round is smaller than the last while
-   the link is faster than the guest.
-2. Once a round is small (ROUND_SMALL), or after MAX_ROUNDS, the guest's
+   the link is faster than the guest. Rounds stop once one is small
+   (ROUND_SMALL), once they stop shrinking, or after MAX_ROUNDS.
+2. Switch to mirroring, with the guest paused only for a snapshot: the SR
+   lock is taken first (no other call's wait lands inside the pause),
    tapdisk is paused (its in-flight writes finish, the image is closed),
-   the last change is snapshotted and sent, and tapdisk is unpaused with
-   this job's relay as its NBD secondary: from then on tapdisk
-   acknowledges a guest write once both the zvol and the destination have
-   it. No background copy runs after that, so none can write over a
-   mirrored write. The pause is logged (and kept in the job's state).
-3. Mirror: the relay forwards tapdisk's writes until tapdisk closes the
-   secondary (the VBD closed: the VM moved or stopped); Data.stat says
-   complete from the unpause on.
+   the last snapshot is taken, and tapdisk is unpaused with this job's
+   relay as its NBD secondary: from then on tapdisk acknowledges a guest
+   write once both the zvol and the destination have it. The pause is
+   logged and kept in the job's state; its length does not depend on the
+   disk, the change or the link.
+3. Catch up: the change between the previous round's snapshot and the
+   last one is sent through the relay, beside tapdisk's mirrored writes
+   (relay.Forwarder): a catch-up write never lands over a range tapdisk
+   wrote since the unpause, so no background copy writes over a mirrored
+   write. Data.stat says complete once the catch-up is flushed.
+4. Mirror: the relay forwards tapdisk's writes until tapdisk closes the
+   secondary (the VBD closed: the VM moved or stopped).
+
+A guest that writes faster than the link: the rounds stop shrinking and
+the job goes on to mirror; from then on the guest's writes go at the
+link's pace (each waits for the destination), until the VM has moved.
 
 Zeros. The destination starts empty (xapi creates it for the migration),
 so a FREE needs zeros sent only where this job wrote data before: the
 job keeps the ranges it wrote (``blockmap``), and a FREE of a range never
 written costs nothing, however large (a sparse 16 TiB disk copies its
 data, not its size).
-
-A guest that writes faster than the link: the rounds do not shrink; after
-MAX_ROUNDS the job goes to the pause only if the last change is under
-FINAL_MAX, else it fails saying so, and the VM keeps running here.
 
 Every snapshot is held with ``lock.reading`` while the job uses it: the
 collector frees it once the job is gone (crash, reboot), and the job
@@ -46,8 +52,8 @@ from zfsng_datapath import mirror, nbd, relay, tapctl
 from zfsng_datapath.errors import NbdError
 
 MiB = 1 << 20
-ROUND_SMALL = 64 * MiB     # a change this small is sent while paused
-FINAL_MAX = 1024 * MiB     # the most ever sent while the guest is paused
+ROUND_SMALL = 64 * MiB     # a change this small is sent while mirroring
+SHRINK = 0.8               # a round at least this much smaller than the last
 MAX_ROUNDS = 10
 MIN_RATE = MiB             # bytes/s: a send's bound is its size at this
 
@@ -104,10 +110,15 @@ def run(job, held):
     listener = relay.listen(sock)
     held.callback(lambda: _unlink(sock))
     held.callback(listener.close)
-    conn = copy.final(base, held, listener)
+    last, forwarder = copy.switch(held, listener)
+    try:
+        copy.catch_up(base, last, forwarder)
+    except BaseException as exc:
+        forwarder.stop("the catch-up failed: %s"
+                       % (getattr(exc, "message", None) or exc))
+        raise
     job.update(phase="mirroring")
-    forwarder = relay.Forwarder(conn, client)
-    forwarder.run()
+    forwarder.wait()
     client.flush()
     job.update(mirrored=forwarder.forwarded)
 
@@ -117,33 +128,42 @@ class Copy(object):
 
     def __init__(self, job, client, zvol, size):
         self.job, self.client, self.zvol, self.size = job, client, zvol, size
+        self.sink = client  # what the copy writes with: client, then relay
         self.held = []     # range set of what earlier rounds wrote there
         self.writes, self.frees = [], []      # this round's records
 
-    def snapshot(self, held):
-        """A new snapshot of the zvol, held until the job ends."""
+    def name(self, held):
+        """A new snapshot name, held (lock.reading) until the job ends."""
         snap = "%s@%s%s" % (self.zvol, meta.MIRROR_SNAPSHOT,
                             names.new_uuid())
         held.enter_context(lock.reading(snap))
-        with lock.sr_lock(self.job["sr"]):
-            zfs.snapshot(snap)
+        return snap
+
+    def take(self, snap, held):
+        """Snapshot the zvol (under the SR lock); destroyed at the end."""
+        zfs.snapshot(snap)
         held.callback(lambda: _drop(self.job["sr"], snap))
+
+    def snapshot(self, held):
+        snap = self.name(held)
+        with lock.sr_lock(self.job["sr"]):
+            self.take(snap, held)
         return snap
 
     def send(self, base, snap):
         """Send snap's change since base (all of it without a base)."""
-        started, before = time.monotonic(), self.client.sent
+        started, before = time.monotonic(), self.sink.sent
         total = max(self.job["total"], self.size // 64)
         self.writes, self.frees = [], []
         zfs.send_replay(base, snap, self._write, self._free,
                         bound=max(600, total // MIN_RATE))
-        self.client.flush()
+        self.sink.flush()
         # one stream's records never overlap: merged once per round
         self.held = blockmap.union(
             blockmap.subtract(self.held, blockmap.normal(self.frees)),
             self.writes)
         seconds = time.monotonic() - started
-        sent = self.client.sent - before
+        sent = self.sink.sent - before
         rounds = self.job["rounds"] + [{"bytes": sent,
                                         "seconds": round(seconds, 3)}]
         self.job.update(copied=self.job["copied"] + sent, rounds=rounds)
@@ -152,48 +172,57 @@ class Copy(object):
         return sent
 
     def rounds(self, held):
-        base = None
+        """Copy rounds until one is small or they stop shrinking; returns
+        the last snapshot sent."""
+        base, last = None, None
         for n in range(MAX_ROUNDS):
             snap = self.snapshot(held)
             sent = self.send(base, snap)
             base = snap
-            if n and sent <= ROUND_SMALL:
-                return base
-        if sent > FINAL_MAX:
-            raise errors.StorageError(
-                "the guest writes faster than the link carries: after %d "
-                "rounds the change is still %d MiB; the VM keeps running "
-                "here" % (MAX_ROUNDS, sent // MiB))
+            if n and (sent <= ROUND_SMALL or sent > SHRINK * last):
+                break
+            last = sent
         return base
 
-    def final(self, base, held, listener):
-        """Pause, send the last change, unpause with the relay as tapdisk's
-        secondary; returns tapdisk's connection to the relay."""
+    def switch(self, held, listener):
+        """Pause, snapshot, unpause with the relay as tapdisk's secondary;
+        returns (the snapshot, the relay forwarding tapdisk's writes)."""
         pid, minor = self.job["tapdisk"], self.job["minor"]
+        snap = self.name(held)
         came = {}
         waiter = threading.Thread(target=_accept,
                                   args=(listener, self.size, came))
-        tapctl.pause(pid, minor)
-        paused = time.monotonic()
-        try:
-            self.send(base, self.snapshot(held))
-        except BaseException:
-            _resume(pid, minor)
-            raise
-        waiter.start()
-        try:
-            tapctl.unpause(pid, minor, "nbd:" + listener.getsockname())
-        except BaseException:
-            _resume(pid, minor)   # tapdisk stays paused when its secondary
-            raise                 # fails to open: never leave the guest so
-        finally:
-            waiter.join(relay.ACCEPT_TIMEOUT + 5)
-        pause = time.monotonic() - paused
+        with lock.sr_lock(self.job["sr"]):
+            tapctl.pause(pid, minor)
+            paused = time.monotonic()
+            try:
+                self.take(snap, held)
+            except BaseException:
+                _resume(pid, minor)
+                raise
+            waiter.start()
+            try:
+                tapctl.unpause(pid, minor, "nbd:" + listener.getsockname())
+            except BaseException:
+                _resume(pid, minor)   # tapdisk stays paused when its
+                raise                 # secondary fails to open
+            finally:
+                waiter.join(relay.ACCEPT_TIMEOUT + 5)
+            pause = time.monotonic() - paused
         self.job.update(pause_seconds=round(pause, 3))
         log.info("mirror: the guest was paused %.2f s; mirroring", pause)
         if "conn" not in came:
             raise came.get("error") or NbdError("tapdisk did not connect")
-        return came["conn"]
+        forwarder = relay.Forwarder(came["conn"], self.client)
+        forwarder.start()
+        return snap, forwarder
+
+    def catch_up(self, base, last, forwarder):
+        """Send the change up to the switch through the relay, beside the
+        mirrored writes; then tapdisk's writes need no more tracking."""
+        self.sink = forwarder
+        self.send(base, last)
+        forwarder.caught_up()
 
     def _write(self, offset, data):
         self.client.write(offset, data)

@@ -26,7 +26,7 @@ import socket
 import struct
 import threading
 
-from zfsng import log
+from zfsng import blockmap, log
 from zfsng_datapath import nbd
 from zfsng_datapath.errors import NbdError
 
@@ -94,38 +94,77 @@ def _recv(conn, n, closed="tapdisk closed the mirror's connection"):
 
 
 class Forwarder(object):
-    """tapdisk's requests to the upstream client, its replies back."""
+    """tapdisk's requests to the upstream client, its replies back; and
+    the catch-up: the copy's last change, sent over the same connection
+    while tapdisk mirrors (``write``, ``zero``, ``drain``, ``flush``, as
+    nbd.Client has them).
+
+    The catch-up never writes over a mirrored write: while it runs, the
+    ranges tapdisk wrote are kept (``mirrored``), a catch-up write sends
+    only what lies outside them, and a tapdisk write that overlaps a
+    catch-up write still in flight waits for its reply first (an NBD
+    server may run requests in flight in any order)."""
 
     def __init__(self, conn, client):
         self.conn, self.client = conn, client
         self.upstream = client.sock
-        self.lock = threading.Lock()     # pending and done
+        self.flags = client.flags
+        self.lock = threading.Condition()   # the fields below
+        self.sending = threading.Lock()     # one request at a time on the wire
         self.pending = {}   # upstream handle -> (tapdisk's, read length)
+        self.copying = {}   # upstream handle -> range, the catch-up's
+        self.mirrored = []  # range set tapdisk wrote, while tracking
+        self.tracking = True
         self.next = 1 << 32    # handles apart from the client's own
         self.error = None
         self.done = False
+        self.threads = []
         self.forwarded = 0               # bytes written by the guest
+        self.sent = 0                    # bytes written by the catch-up
 
     def run(self):
-        """Forward until tapdisk disconnects (the VBD closed: the VM moved
-        or stopped) or either side fails; then wait for the replies still
-        due. Raises NbdError on an upstream failure."""
+        """start, then wait."""
+        self.start()
+        self.wait()
+
+    def start(self):
+        """Forward in two threads, requests and replies."""
         self.client.drain()
-        self.upstream.settimeout(None)
-        replies = threading.Thread(target=self._replies)
-        replies.daemon = True
-        replies.start()
-        try:
-            self._requests()
-        finally:
-            with self.lock:
-                self.done = True
-            replies.join(nbd.TIMEOUT + 2 * POLL)
-            self.conn.close()
+        self.upstream.settimeout(nbd.TIMEOUT)
+        self.threads = [threading.Thread(target=self._replies),
+                        threading.Thread(target=self._requests)]
+        for thread in self.threads:
+            thread.daemon = True
+            thread.start()
+
+    def wait(self):
+        """Until tapdisk disconnects (the VBD closed: the VM moved or
+        stopped) or either side fails; then the replies still due. Raises
+        NbdError on an upstream failure."""
+        replies, requests = self.threads
+        requests.join()      # the job's own life bound holds
+        with self.lock:
+            self.done = True
+        replies.join(nbd.TIMEOUT + 2 * POLL)
+        self.conn.close()
         if self.error:
             raise NbdError(self.error)
 
+    def stop(self, error):
+        """Fail the mirror: tapdisk drops its secondary."""
+        self._fail(error)
+        _shut(self.conn)
+
+    # --- tapdisk's side -----------------------------------------------------
+
     def _requests(self):
+        try:
+            self._forward_requests()
+        finally:
+            with self.lock:
+                self.done = True
+
+    def _forward_requests(self):
         while self.error is None:
             try:
                 request = self._request()
@@ -134,22 +173,35 @@ class Forwarder(object):
             if request is None:
                 return                    # NBD_CMD_DISC
             magic, flags, kind, handle, offset, length, data = request
-            self.next += 1
             # Registered before it is sent (its reply may come at once);
             # sent outside the lock: a send waiting for the destination to
             # read must not keep the replies from being taken.
             with self.lock:
-                self.pending[self.next] = (handle, length
-                                           if kind == nbd.CMD_READ else 0)
-            try:
-                self.upstream.sendall(struct.pack(
-                    ">IHHQQI", magic, flags, kind, self.next, offset,
-                    length) + data)
-            except OSError as exc:
-                self.error = "the NBD link failed: %s" % exc
+                if kind == nbd.CMD_WRITE and not self._mirroring(
+                        offset, offset + length):
+                    return
+                self.next += 1
+                ours = self.next
+                self.pending[ours] = (handle, length
+                                      if kind == nbd.CMD_READ else 0)
+            if not self._send(struct.pack(">IHHQQI", magic, flags, kind,
+                                          ours, offset, length) + data):
                 return
             if kind == nbd.CMD_WRITE:
                 self.forwarded += length
+
+    def _mirroring(self, start, end):
+        """Note a tapdisk write while the catch-up runs, and wait until no
+        catch-up write in flight overlaps it. Under the lock."""
+        if not self.tracking:
+            return True
+        self.mirrored = blockmap.union(self.mirrored, [(start, end)])
+        if not self.lock.wait_for(lambda: self.error is not None or not any(
+                s < end and start < e for s, e in self.copying.values()),
+                nbd.TIMEOUT):
+            self._fail("the destination did not answer within %d s"
+                       % nbd.TIMEOUT)
+        return self.error is None
 
     def _request(self):
         """tapdisk's next request with its data, or None for DISC."""
@@ -163,39 +215,126 @@ class Forwarder(object):
         data = _recv(self.conn, length) if kind == nbd.CMD_WRITE else b""
         return magic, flags, kind, handle, offset, length, data
 
+    # --- the catch-up -------------------------------------------------------
+
+    def write(self, offset, data):
+        """The copy's data at offset, except where tapdisk wrote since."""
+        for at in range(0, len(data), nbd.MAX_REQUEST):
+            piece = data[at:at + nbd.MAX_REQUEST]
+            self._catch_up(nbd.CMD_WRITE, offset + at, len(piece), piece)
+
+    def zero(self, offset, length):
+        """Zeros at offset..offset+length, except where tapdisk wrote."""
+        for at in range(offset, offset + length, nbd.MAX_REQUEST):
+            n = min(nbd.MAX_REQUEST, offset + length - at)
+            if self.flags & nbd.SEND_WRITE_ZEROES:
+                self._catch_up(nbd.CMD_WRITE_ZEROES, at, n, None)
+            else:
+                self._catch_up(nbd.CMD_WRITE, at, n, nbd.ZERO_CHUNK[:n])
+
+    def drain(self):
+        """Wait until every catch-up request has its reply."""
+        with self.lock:
+            self._wait(lambda: not self.copying)
+
+    def flush(self):
+        """drain, then FLUSH where the server offers it."""
+        self.drain()
+        if self.flags & nbd.SEND_FLUSH:
+            self._catch_up(nbd.CMD_FLUSH, 0, 0, None)
+            self.drain()
+
+    def caught_up(self):
+        """The catch-up is over: tapdisk's writes need no more tracking."""
+        with self.lock:
+            self.tracking, self.mirrored = False, []
+
+    def _catch_up(self, kind, offset, length, data):
+        with self.lock:
+            if self.done:
+                raise NbdError("tapdisk closed the mirror before the copy "
+                               "ended")
+            self._wait(lambda: len(self.copying) < nbd.WINDOW)
+            parts = [(offset, offset + length)] if not length else \
+                blockmap.subtract([(offset, offset + length)], self.mirrored)
+            sends = []
+            for start, end in parts:
+                self.next += 1
+                self.copying[self.next] = (start, end)
+                sends.append((self.next, start, end))
+        for handle, start, end in sends:
+            body = bytes(data[start - offset:end - offset]) if data else b""
+            if not self._send(struct.pack(">IHHQQI", nbd.REQUEST_MAGIC, 0,
+                                          kind, handle, start, end - start)
+                              + body):
+                raise NbdError(self.error)
+            self.sent += len(body)
+
+    def _wait(self, ready):
+        """Under the lock: wait until ready() or a failure (NbdError)."""
+        if not self.lock.wait_for(lambda: self.error is not None or ready(),
+                                  nbd.TIMEOUT):
+            self._fail("the destination did not answer within %d s"
+                       % nbd.TIMEOUT)
+        if self.error is not None:
+            raise NbdError(self.error)
+
+    # --- the destination's side ---------------------------------------------
+
+    def _send(self, message):
+        """One request upstream; False (the mirror failed) if it cannot."""
+        try:
+            with self.sending:
+                self.upstream.sendall(message)
+            return True
+        except OSError as exc:          # socket.timeout included
+            self.stop("the NBD link failed: %s" % exc)
+            return False
+
+    def _fail(self, error):
+        """Record the first failure and wake every waiter."""
+        with self.lock:           # reentrant: waiters call it holding it
+            if self.error is None:
+                self.error = error
+                log.warning("mirror relay: %s", error)
+            self.lock.notify_all()
+
     def _replies(self):
-        """Upstream replies to tapdisk, in the order they come. Polls, so
-        that it sees the end of the requests without a reply to wait for;
-        a reply due for TIMEOUT seconds fails the mirror."""
-        self.upstream.settimeout(nbd.TIMEOUT)
+        """Upstream replies, in the order they come. Polls, so that it sees
+        the end of the requests without a reply to wait for; a reply due
+        for TIMEOUT seconds fails the mirror."""
         waited = 0.0
-        while True:
+        while self.error is None:
             with self.lock:
-                idle = not self.pending
+                idle = not self.pending and not self.copying
                 if idle and self.done:
                     return
             if not select.select([self.upstream], [], [], POLL)[0]:
                 waited = 0.0 if idle else waited + POLL
-                if waited < nbd.TIMEOUT:
-                    continue
-                self.error = "the destination did not answer within %d s" \
-                    % nbd.TIMEOUT
-            else:
-                waited = 0.0
-                try:
-                    self._reply()
-                    continue
-                except (NbdError, OSError, socket.timeout) as exc:
-                    self.error = str(exc) or "the NBD link failed"
-            log.warning("mirror relay: %s", self.error)
-            _shut(self.conn)              # tapdisk drops the secondary
-            return
+                if waited >= nbd.TIMEOUT:
+                    self.stop("the destination did not answer within %d s"
+                              % nbd.TIMEOUT)
+                continue
+            waited = 0.0
+            try:
+                self._reply()
+            except (NbdError, OSError) as exc:
+                self.stop(str(exc) or "the NBD link failed")
 
     def _reply(self):
-        """One upstream reply, passed to tapdisk under its own handle."""
+        """One upstream reply: the catch-up's, or passed to tapdisk under
+        its own handle."""
         magic, error, handle = struct.unpack(">IIQ", self._upstream_recv(16))
         with self.lock:
+            ours = self.copying.pop(handle, None)
             theirs, read = self.pending.pop(handle, (None, 0))
+            self.lock.notify_all()
+        if ours is not None:
+            if error:
+                raise NbdError("the destination failed a copy write at "
+                               "%d+%d: errno %d" % (ours[0], ours[1] - ours[0],
+                                                    error))
+            return
         if theirs is None:
             raise NbdError("the destination answered an unknown request")
         data = self._upstream_recv(read) if read and not error else b""

@@ -298,3 +298,55 @@ def test_a_dead_destination_drops_tapdisks_secondary(served, tmp_path):
         assert tapdisk.sock.recv(16) == b""
     except ConnectionResetError:
         pass
+
+
+def test_the_catch_up_never_writes_over_a_mirrored_write(served, tmp_path):
+    """The copy's last change and tapdisk's mirrored writes share the one
+    upstream connection: where tapdisk wrote since the switch, the
+    destination keeps tapdisk's bytes, whatever the catch-up sends later
+    there; elsewhere it gets the catch-up's, zeros included."""
+    _, image = served
+    tapdisk, thread, outcome, forwarder = relayed(served, tmp_path)
+    mirrored = os.urandom(8192)
+    tapdisk.request(nbd.CMD_WRITE, 1, 64 * 1024, mirrored)
+    assert tapdisk.reply()[:2] == (0, 1)
+    old = os.urandom(256 * 1024)
+    forwarder.write(0, old)                  # over the mirrored range
+    forwarder.zero(68 * 1024, 4096)          # inside it: nothing sent
+    forwarder.zero(128 * 1024, 64 * 1024)    # outside it: zeros
+    forwarder.flush()
+    forwarder.caught_up()
+    tapdisk.request(nbd.CMD_DISC, 2, 0)
+    thread.join(30)
+    assert not thread.is_alive() and outcome == {}
+    want = bytearray(old)
+    want[64 * 1024:72 * 1024] = mirrored
+    want[128 * 1024:192 * 1024] = bytes(64 * 1024)
+    assert image_bytes(image)[:256 * 1024] == bytes(want)
+    zeros_sent = 0 if forwarder.flags & nbd.SEND_WRITE_ZEROES else 64 * 1024
+    assert forwarder.sent == 256 * 1024 - 8192 + zeros_sent
+    assert forwarder.forwarded == 8192
+
+
+def test_a_mirrored_write_waits_for_an_overlapping_catch_up_write(
+        served, tmp_path):
+    """An NBD server may run requests in flight in any order: a tapdisk
+    write over a catch-up write not yet answered is held until that
+    answer, and one elsewhere is not."""
+    tapdisk, thread, outcome, forwarder = relayed(served, tmp_path)
+    with forwarder.lock:          # a catch-up write in flight over 0..4096
+        forwarder.copying[7] = (0, 4096)
+    tapdisk.request(nbd.CMD_WRITE, 1, 1 << 20, b"e" * 4096)  # elsewhere
+    assert tapdisk.reply()[:2] == (0, 1)
+    tapdisk.request(nbd.CMD_WRITE, 2, 0, b"o" * 4096)        # over it
+    tapdisk.sock.settimeout(1)
+    with pytest.raises(socket.timeout):
+        tapdisk.reply()
+    with forwarder.lock:                     # its answer comes
+        del forwarder.copying[7]
+        forwarder.lock.notify_all()
+    tapdisk.sock.settimeout(30)
+    assert tapdisk.reply()[:2] == (0, 2)
+    tapdisk.request(nbd.CMD_DISC, 3, 0)
+    thread.join(30)
+    assert not thread.is_alive() and outcome == {}

@@ -152,3 +152,28 @@ def test_zeros_are_sent_only_where_an_earlier_round_wrote():
     copy._write(4096, b"x" * 512)
     copy._write(4608, b"y" * 512)        # touching: one range
     assert copy.writes == [(4096, 5120)]
+
+
+@pytest.mark.parametrize("sizes, rounds", [
+    ([900, 100, 60, 50], 3),          # a small round: mirroring next
+    ([900, 300, 250, 100], 3),        # no longer shrinking: no use going on
+    ([900, 400, 300, 200, 150, 100, 60], 7),
+    ([int(10 ** 5 * 0.75 ** n) for n in range(20)], mirrorjob.MAX_ROUNDS),
+])
+def test_rounds_stop_when_small_or_no_longer_shrinking(monkeypatch, sizes,
+                                                       rounds):
+    MiB = 1 << 20
+    monkeypatch.setattr(mirrorjob, "ROUND_SMALL", 64 * MiB)
+    copy = mirrorjob.Copy({"total": 0}, Recorder(), "tank/v", 1 << 40)
+    snaps, sent = [], []
+    monkeypatch.setattr(copy, "snapshot",
+                        lambda held: snaps.append("s%d" % len(snaps)) or
+                        snaps[-1])
+
+    def send(base, snap):
+        assert base == (snaps[-2] if len(snaps) > 1 else None)
+        sent.append(sizes[len(sent)] * MiB)
+        return sent[-1]
+    monkeypatch.setattr(copy, "send", send)
+    assert copy.rounds(held=None) == snaps[-1]
+    assert len(sent) == rounds

@@ -19,12 +19,12 @@ def test_query(fake):
     assert fake.calls == []          # answered without running anything
 
 
-def test_query_does_not_yet_offer_storage_migration(fake):
-    """xapi_vm_migrate.ml lets a VM's disks move only between SRs whose
-    Query lists VDI_MIRROR (VDI_MIRROR_IN for a destination): not before
-    the mirror's guest tests are in make check (plugin.FEATURES)."""
+def test_query_offers_storage_migration_out_and_in(fake):
+    """xapi_vm_migrate.ml lets a VM's disks move only from an SR whose
+    Query lists VDI_MIRROR and VDI_SNAPSHOT, into one that lists
+    VDI_MIRROR_IN or VDI_MIRROR (smint.ml: VDI_MIRROR satisfies it)."""
     features = set(call("Plugin.Query")["features"])
-    assert not {"VDI_MIRROR", "VDI_MIRROR_IN"} & features
+    assert {"VDI_MIRROR", "VDI_SNAPSHOT"} <= features
 
 
 def test_diagnostics_names_the_pool_and_the_sr(fake):

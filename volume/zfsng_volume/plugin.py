@@ -11,11 +11,14 @@ FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             "THIN_PROVISIONING", "LARGE_VDI",
             # xapi allows VDI.enable_cbt, disable_cbt, list_changed_blocks
             # and data_destroy only if Plugin.Query lists it
-            "VDI_CONFIG_CBT"]
-# Not yet VDI_MIRROR (storage migration: xapi_vm_migrate.ml wants it, with
-# VDI_SNAPSHOT, of a source SR, and VDI_MIRROR_IN, which it satisfies, of
-# a destination): the datapath serves Data.mirror, Data.stat and an Nbd
-# in its attach, but their guest tests are not yet in `make check`.
+            "VDI_CONFIG_CBT",
+            # storage migration (xapi_vm_migrate.ml wants VDI_MIRROR and
+            # VDI_SNAPSHOT of a source SR, and VDI_MIRROR_IN, which
+            # VDI_MIRROR satisfies, of a destination): the datapath's
+            # Data.mirror and Data.stat, and the Nbd of its attach. Not
+            # VDI_MIRROR_IN in the datapath's own Query: for xapi that
+            # means Datapath.import_activate, a SMAPIv1 source's mirror.
+            "VDI_MIRROR"]
 
 
 @wire.method("Plugin.Query")
