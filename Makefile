@@ -175,11 +175,11 @@ test-guest-2.1 test-guest-2.3: test-guest-%:
 
 test-guest: test-guest-$(ZFS)
 
-# Storage migration's guest tests (issue 23, in progress), apart from
-# check until they are stable under one emulated vCPU: on one version.
+# Storage migration's guest tests alone, all of them, on one version (make
+# check runs them too, split between the versions).
 test-migration:
 	bash $(GUEST) --zfs $(ZFS) --timeout 2400 -- \
-	    make guest-tests ZFSNG_MIGRATION=1 ZFSNG_GUEST_SPLIT=none \
+	    make guest-tests ZFSNG_GUEST_SPLIT=none \
 	    PYTEST_ARGS="-k migrate"
 
 # Both suites at once, a one-CPU guest each: the suites are sequential
@@ -206,7 +206,6 @@ test-multihost-2.3:
 # the installed executables on real OpenZFS.
 guest-tests: guest-install
 	PYTHONDONTWRITEBYTECODE=1 ZFSNG_ROOT=/tmp/zfsng-root \
-	    ZFSNG_MIGRATION=$(ZFSNG_MIGRATION) \
 	    ZFSNG_GUEST_SPLIT=$(ZFSNG_GUEST_SPLIT) python3 -m pytest -p no:cacheprovider -v --durations=30 tests/integration $(PYTEST_ARGS)
 
 # Inside the guest: a fresh install under /tmp/zfsng-root whose executables

@@ -19,6 +19,8 @@ import os
 import random
 import sys
 
+import pytest
+
 from datapath_util import SIZE, dataset, dd_hash, sha
 from test_tapdisk import Xapi, nothing_left, vbd_of
 
@@ -29,6 +31,7 @@ for _dir in ("volume", "datapath"):
 from zfsng_datapath import nbd  # noqa: E402
 
 MIRROR_VM = "MIR1a2b3c"
+COPY_VM = "CP1a2b3c"      # xapi_vm_migrate.ml: "CP"/"MIR" and 3+3 hex
 MiB = 1 << 20
 
 
@@ -43,14 +46,15 @@ def nbd_of(result):
     return parts[2], parts[3][len("exportname="):]
 
 
+@pytest.mark.parametrize("pseudo", [MIRROR_VM, COPY_VM])
 def test_a_source_writes_the_disk_through_the_attach_nbd_answer(
-        dp, plugin, sr):
+        dp, plugin, sr, pseudo):
     leaf = plugin("Volume.create", sr=sr, name="leaf", description="",
                   size=SIZE, sharable=False)
     xapi = Xapi(dp, plugin, sr, leaf)
-    attached = xapi("Datapath.attach", domain=MIRROR_VM)
+    attached = xapi("Datapath.attach", domain=pseudo)
     socket_path, export = nbd_of(attached)
-    xapi("Datapath.activate", domain=MIRROR_VM)
+    xapi("Datapath.activate", domain=pseudo)
     row = vbd_of(attached["implementations"][0][1]["params"])
     assert socket_path == "/var/run/blktap-control/nbd%d.%d" % (
         row["pid"], row["minor"])
@@ -70,13 +74,13 @@ def test_a_source_writes_the_disk_through_the_attach_nbd_answer(
     client.flush()
     client.close()
     # xapi's proxy finds the server again by attaching (get_nbd_server)
-    again = xapi("Datapath.attach", domain=MIRROR_VM)
+    again = xapi("Datapath.attach", domain=pseudo)
     assert nbd_of(again) == (socket_path, export)
     reader = nbd.Client.connect(socket_path, export, timeout=120)
     assert reader.read(0, 4 * MiB) == bytes(want[:4 * MiB])
     reader.close()
-    xapi("Datapath.deactivate", domain=MIRROR_VM)   # receive_finalize3
-    xapi("Datapath.detach", domain=MIRROR_VM)
+    xapi("Datapath.deactivate", domain=pseudo)   # receive_finalize3
+    xapi("Datapath.detach", domain=pseudo)
     assert not os.path.exists(socket_path)
     assert dd_hash("/dev/zvol/" + dataset(leaf), SIZE) == sha(bytes(want))
     nothing_left(sr)

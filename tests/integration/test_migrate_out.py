@@ -302,14 +302,14 @@ def job_gone(key):
     raise AssertionError("the mirror job did not end: %r" % job)
 
 
-@pytest.mark.parametrize("when", ["copying", "mirroring"])
-def test_a_link_cut_fails_the_mirror_and_the_vm_runs_on(dp, plugin, sr,
-                                                        tmp_path, when,
-                                                        released):
+@pytest.mark.parametrize("when", ["copying", "mirroring", "vm-stops"])
+def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
+        dp, plugin, sr, tmp_path, when, released):
     """The destination lost while the disk is copied, or once it is
-    mirrored: Data.stat says failed, the guest never sees an error (tapdisk
-    was never left paused; a dropped secondary is tapdisk's
-    nbd_mirror_failed), and the job leaves no snapshot behind."""
+    mirrored, or the VM shut down mid-copy: Data.stat says failed, the
+    guest never sees an error (tapdisk was never left paused; a dropped
+    secondary is tapdisk's nbd_mirror_failed), and the job leaves no
+    snapshot behind."""
     destination = NbdFileDestination(tmp_path)
     src = plugin("Volume.create", sr=sr, name="disk", description="",
                  size=MIG_SIZE, sharable=False)
@@ -320,6 +320,8 @@ def test_a_link_cut_fails_the_mirror_and_the_vm_runs_on(dp, plugin, sr,
     writer = Writer(tapdev, 2)
     writer.start()
     released.append(writer)
+    dom0 = domain_of(SOURCE_DP, "0")
+    vm("Datapath.attach", domain=dom0)             # send_start
     proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket,
                   cut_after=(8 << 20) if when == "copying" else None)
     remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
@@ -329,20 +331,26 @@ def test_a_link_cut_fails_the_mirror_and_the_vm_runs_on(dp, plugin, sr,
         stat_until(dp, op[1], lambda s: s["complete"] or s["failed"])
         time.sleep(1)
         proxy.cut.set()
+    if when == "vm-stops":
+        stat_until(dp, op[1], lambda s: s["progress"] > 0 or s["failed"])
+        writer.stop.set()
+        writer.join(60)
+        vm.stop(domain=GUEST)
     got = stat_until(dp, op[1], lambda s: s["failed"])
     assert got["complete"] is False
     job = job_gone(op[1])
     assert job["phase"] == "failed" and job["error"]
-    time.sleep(1)
-    writer.stop.set()
-    writer.join(60)
+    if when != "vm-stops":
+        time.sleep(1)
+        writer.stop.set()
+        writer.join(60)
+        with open(tapdev, "rb") as f:             # the disk still serves
+            assert len(f.read(BLOCK)) == BLOCK
+        vm.stop(domain=GUEST)
     assert writer.error is None and writer.count > 0
-    with open(tapdev, "rb") as f:                 # the disk still serves
-        assert len(f.read(BLOCK)) == BLOCK
     names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
                sr).split()
     assert not [n for n in names if "@zfsng-sxm-" in n]
-    vm.stop(domain=GUEST)
+    vm("Datapath.detach", domain=dom0)             # xapi's clean-up
     destination.finalize()
     nothing_left(sr)
-
