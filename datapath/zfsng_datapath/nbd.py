@@ -209,11 +209,15 @@ class Client(object):
         return self._recv(length)
 
     def close(self):
-        """Disconnect cleanly if the link still works; never raises."""
+        """Wait for the replies due if the link still works, then close;
+        never raises. No NBD_CMD_DISC: tapdisk's server (blktap 3.55.5,
+        tapdisk-nbdserver.c) answers it by starting a new handshake on the
+        same socket, and once that socket closes it keeps a dead
+        descriptor in its event loop and spins (``select failed: Bad file
+        descriptor``) until the VBD closes. A plain close ends the
+        connection cleanly for it and for every other server."""
         try:
             self.drain()
-            self._send(struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_DISC,
-                                   0, 0, 0))
         except (NbdError, OSError):
             pass
         finally:

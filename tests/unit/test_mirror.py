@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from test_datapath import DOM0, GUEST, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
-from zfsng import errors, runner
+from conftest import call
+from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
+from zfsng import collect, errors, lock, meta, runner, zfs
 from zfsng_datapath import mirror, mirrorjob
 from zfsng_datapath.errors import NbdError, NotAttached
 
@@ -177,3 +178,27 @@ def test_rounds_stop_when_small_or_no_longer_shrinking(monkeypatch, sizes,
     monkeypatch.setattr(copy, "send", send)
     assert copy.rounds(held=None) == snaps[-1]
     assert len(sent) == rounds
+
+
+def test_a_dead_jobs_snapshot_is_collected_a_running_ones_kept(host, vdi):
+    """A job holds each of its snapshots (lock.reading) until it destroys
+    it; one a crash left (dom0 died mid-mirror) is freed by the collector,
+    which the next SR.attach runs, and one a running job holds is not."""
+    sr, vol = vdi
+    zvol = dataset_of(vol)
+    held, left = ["%s@%s%s" % (zvol, meta.MIRROR_SNAPSHOT, n)
+                  for n in ("1" * 8, "2" * 8)]
+    for snap in (held, left):
+        zfs.snapshot(snap)
+    with lock.reading(held):
+        collect.collect(sr)
+        names = snapshots(zvol)
+        assert held in names and left not in names
+    collect.collect(sr)
+    assert held not in snapshots(zvol)
+    assert call("Volume.stat", sr=sr, key=vol["key"])["key"] == vol["key"]
+
+
+def snapshots(zvol):
+    return [r["name"] for r in zfs.list_datasets(zvol, ["name"],
+                                                 types="snapshot")]
