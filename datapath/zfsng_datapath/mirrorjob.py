@@ -9,8 +9,10 @@ VM's disk to the destination, then mirrors the guest's writes to it.
    The guest writes meanwhile; each round is smaller than the last while
    the link is faster than the guest. Rounds stop once one is small
    (ROUND_SMALL), once they stop shrinking, or after MAX_ROUNDS.
-2. Switch to mirroring, with the guest paused only for a snapshot: the SR
-   lock is taken first (no other call's wait lands inside the pause),
+2. Switch to mirroring, with the guest paused only for a snapshot: the
+   pool's dirty data is written out first (``zpool sync``: a snapshot
+   waits for it), the SR lock is taken (no other call's wait lands
+   inside the pause),
    tapdisk is paused (its in-flight writes finish, the image is closed),
    the last snapshot is taken, and tapdisk is unpaused with this job's
    relay as its NBD secondary: from then on tapdisk acknowledges a guest
@@ -47,7 +49,7 @@ import sys
 import threading
 import time
 
-from zfsng import blockmap, errors, lock, log, meta, names, zfs
+from zfsng import blockmap, errors, lock, log, meta, names, pools, zfs
 from zfsng_datapath import mirror, nbd, relay, tapctl
 from zfsng_datapath.errors import NbdError
 
@@ -192,7 +194,8 @@ class Copy(object):
         came = {}
         waiter = threading.Thread(target=_accept,
                                   args=(listener, self.size, came))
-        with lock.sr_lock(self.job["sr"]):
+        pools.sync(self.zvol.split("/")[0])   # less for the snapshot to wait
+        with lock.sr_lock(self.job["sr"]):    # for inside the pause
             tapctl.pause(pid, minor)
             paused = time.monotonic()
             try:

@@ -2,8 +2,9 @@
 leaves and the ZFS labels on disks.
 
 Kept apart from ``zfs`` (datasets, snapshots, streams) because these are
-the SR's concerns, not the VDI's: only SR.* and its disk checks and
-clean-up call them. They run through ``zfs.zpool`` (and ``zdb -l`` through
+the SR's concerns, not the VDI's: SR.* and its disk checks and clean-up
+call them (and a migration's mirror job ``sync``, to keep its pause
+short). They run through ``zfs.zpool`` (and ``zdb -l`` through
 the runner) so every pool command has the same parsing, bounds and typed
 errors as the dataset commands.
 """
@@ -77,6 +78,12 @@ def export_pool(name):
 
 def destroy_pool(name):
     zfs.zpool("destroy", "--", name)
+
+
+def sync(name):
+    """``zpool sync``: write out the pool's dirty data now, so that a
+    snapshot taken just after has little left to wait for."""
+    zfs.zpool("sync", "--", name)
 
 
 _LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")

@@ -1,0 +1,277 @@
+"""Storage migration out of zfs-ng: what a live migration costs the link
+and the guest, through the real tapdisk and in xapi's order (the same
+sequence tests/integration/test_migrate_out.py plays as a test).
+
+The source is a volume attached and activated for a guest domain (its
+tapdev stands for the guest's disk); the destination a volume of a
+second zfs-ng SR on the same pool, attached for the migration's "MIR"
+pseudo-domain and served by tapdisk's NBD server (zfs-ng's receive
+side), reached through a one-shot proxy as xapi's is. Each migration is
+checked: the destination's bytes equal the source's once the VM has
+"moved", or the section fails.
+
+* **Against disk size.** Sparse disks (256 MiB, 64 GiB, 16 TiB) holding
+  the same DATA bytes (half at the start, half in the middle), no
+  writer: the time from Data.mirror to complete, the bytes sent, the
+  pause. Target: a 16 TiB disk copies its data, not its size.
+* **A full disk, against a plain copy.** FULL bytes written whole, no
+  writer: the migration against a plain full copy of the same disk to a
+  fresh destination through the same kind of proxy (every block read from
+  the device and written over NBD, as a generic copy does).
+* **With a guest writing.** The full disk again, with a writer through
+  the tapdev (64 KiB blocks at random, a fifth of them zeros) at several
+  rates: rounds, bytes sent against the allocated bytes plus what the
+  guest wrote during the copy, the pause as the job timed it and the
+  slowest guest write (the guest's view of the pause). Target: sent at
+  most 1.05x allocated plus rewritten; the pause at most 1 s of guest time
+  at a rate the link carries.
+
+Under emulation the link (the proxy and the NBD hops) runs at a few MB/s:
+the figures to read are the ratios and the pause against the copy time.
+"""
+
+import json
+import os
+import random
+import time
+
+import common
+from migration_util import BLOCK, Proxy, Writer
+
+MiB, GiB, TiB = 1 << 20, 1 << 30, 1 << 40
+DATA = 32 * MiB
+FULL = 128 * MiB
+SIZES = [256 * MiB, 64 * GiB, 16 * TiB]
+RATES = [("idle", None), ("64K/50ms", 0.05), ("64K/5ms", 0.005),
+         ("flat out", 0.0)]
+GUEST = "5"                       # a guest's domid, as xapi sends it
+DOM0 = "u0-" + "0b1c2d3e_4f5a_4b6c_8d7e_9f0a1b2c3d4e"   # main.ml domain_of
+MIRROR_VM = "MIR0b0e0c"
+PROXY_DIR = "/var/run/nbdproxy/export"
+JOBS = "/var/run/nonpersistent/zfs-ng-datapath-mirror"
+DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
+
+
+class Migration(object):
+    """One VDI migrated out: source attached for the guest, destination
+    received, and everything undone in the end."""
+
+    def __init__(self, ctx, dp, dest_sr, size):
+        self.ctx, self.dp, self.size, self.dest_sr = ctx, dp, size, dest_sr
+        self.src = ctx.new_volume(size, name="mig-src")
+        self.dst = ctx.new_volume(size, name="mig-dst", sr=dest_sr)
+        self.steps = []
+
+    def call(self, method, vol, domain, undo=None):
+        result = self.dp(method, uri=vol["uri"][0], domain=domain)
+        if undo:
+            self.steps.append((undo, vol, domain))
+        return result
+
+    def receive(self):
+        """receive_start3: the destination attached and activated for the
+        mirror's pseudo-domain; its Nbd answer."""
+        got = self.call("Datapath.attach", self.dst, MIRROR_VM,
+                        "Datapath.detach")
+        self.call("Datapath.activate", self.dst, MIRROR_VM,
+                  "Datapath.deactivate")
+        (uri,) = [i[1]["uri"] for i in got["implementations"]
+                  if i[0] == "Nbd"]
+        _, _, sock, name = uri.split(":")
+        return sock, name[len("exportname="):]
+
+    def start_guest(self):
+        got = self.call("Datapath.attach", self.src, GUEST,
+                        "Datapath.detach")
+        self.call("Datapath.activate", self.src, GUEST,
+                  "Datapath.deactivate")
+        (tapdev,) = [i[1]["params"] for i in got["implementations"]
+                     if i[0] == "XenDisk"]
+        return tapdev
+
+    def mirror(self, writer=None):
+        """send_start to mirror_wait, then the VM's move; returns the
+        job's record and the seconds to complete."""
+        sock, export = self.receive()
+        self.call("Datapath.attach", self.src, DOM0, "Datapath.detach")
+        proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), sock)
+        remote = "nbd+unix:///%s?socket=%s/%s" % (export, PROXY_DIR,
+                                                  MIRROR_VM)
+        started = time.monotonic()
+        kind, key = self.dp("Data.mirror", uri=self.src["uri"][0],
+                            domain=GUEST, remote=remote)
+        while True:
+            got = self.dp("Data.stat", operation=[kind, key])
+            if got["failed"]:
+                raise RuntimeError("the mirror failed: %r" % _job(key))
+            if got["complete"]:
+                break
+            time.sleep(0.05)
+        seconds = time.monotonic() - started
+        written = writer.written if writer else 0
+        if writer:
+            time.sleep(1)
+            writer.stop.set()
+            writer.join(60)
+        for method, domain in (("Datapath.deactivate", GUEST),  # the VM
+                               ("Datapath.detach", GUEST),      # moves
+                               ("Datapath.detach", DOM0)):
+            self.undo_one(method, self.src, domain)
+        proxy.join(60)
+        job = _wait_job(key)
+        job["written_during_copy"] = written
+        return job, seconds
+
+    def undo_one(self, method, vol, domain):
+        self.dp(method, uri=vol["uri"][0], domain=domain)
+        self.steps.remove((method, vol, domain))
+
+    def undo(self):
+        """Every datapath call not yet undone, undone in reverse."""
+        for method, vol, domain in reversed(list(self.steps)):
+            self.undo_one(method, vol, domain)
+
+    def same(self, ranges):
+        """Whether both devices hold the same bytes over ranges."""
+        src = self.ctx.zvol_device(self.src)
+        dst = self.ctx.zvol_device(self.dst)
+        return all(_read(src, a, n) == _read(dst, a, n) for a, n in ranges)
+
+    def destroy(self):
+        self.undo()
+        for vol, sr in ((self.src, self.ctx.sr), (self.dst, self.dest_sr)):
+            self.ctx.plugin("Volume.destroy", sr=sr, key=vol["key"])
+
+
+def _job(key):
+    with open(os.path.join(JOBS, key + ".json")) as f:
+        return json.load(f)
+
+
+def _wait_job(key, bound=300):
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        job = _job(key)
+        if job["phase"] in ("done", "failed"):
+            if job["phase"] == "failed":
+                raise RuntimeError("the mirror job failed: %r" % job)
+            return job
+        time.sleep(0.2)
+    raise RuntimeError("the mirror job did not end: %r" % _job(key))
+
+
+def _read(path, offset, length):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def _fill(device, ranges, seed):
+    rnd = random.Random(seed)
+    fd = os.open(device, os.O_WRONLY)
+    try:
+        for at, length in ranges:
+            for off in range(at, at + length, MiB):
+                n = min(MiB, at + length - off)
+                os.pwrite(fd, rnd.getrandbits(8 * n).to_bytes(n, "little"),
+                          off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _figures(job, seconds, writer=None):
+    rounds = job.get("rounds", [])
+    return {"seconds": seconds, "sent_bytes": job["copied"],
+            "allocated_bytes": job["total"],
+            "mirrored_bytes": job.get("mirrored", 0),
+            "written_during_copy": job["written_during_copy"],
+            "rounds": [r["bytes"] for r in rounds],
+            "round_seconds": [r["seconds"] for r in rounds],
+            "pause_s": job.get("pause_seconds"),
+            "slowest_guest_write_s": writer.slowest if writer else None}
+
+
+def by_size(ctx, dp, dest_sr, sizes):
+    rows = []
+    for size in sizes:
+        mig = Migration(ctx, dp, dest_sr, size)
+        try:
+            ranges = [(0, DATA // 2), (size // 2, DATA // 2)]
+            _fill(ctx.zvol_device(mig.src), ranges, size % 997)
+            mig.start_guest()
+            job, seconds = mig.mirror()
+            if not mig.same(ranges):
+                raise RuntimeError("destination differs at %d" % size)
+            rows.append(dict(_figures(job, seconds), size=size))
+            common.log("migrate %d bytes: %.1f s, sent %d", size, seconds,
+                       job["copied"])
+        finally:
+            mig.destroy()
+    return rows
+
+
+def plain_copy(ctx, dp, dest_sr, size):
+    """A generic full copy of a full disk over the same kind of link:
+    every block read from the device, written over NBD."""
+    from zfsng_datapath import nbd        # the installed copy
+    mig = Migration(ctx, dp, dest_sr, size)
+    try:
+        _fill(ctx.zvol_device(mig.src), [(0, size)], 7)
+        sock, export = mig.receive()
+        path = os.path.join(PROXY_DIR, MIRROR_VM)
+        proxy = Proxy(path, sock)
+        started = time.monotonic()
+        client = nbd.Client.connect(path, export)
+        with open(ctx.zvol_device(mig.src), "rb") as f:
+            for at in range(0, size, nbd.MAX_REQUEST):
+                client.write(at, f.read(nbd.MAX_REQUEST))
+        client.flush()
+        seconds = time.monotonic() - started
+        client.close()
+        proxy.join(60)
+        if not mig.same([(0, size)]):
+            raise RuntimeError("the plain copy differs")
+        return {"seconds": seconds, "sent_bytes": size}
+    finally:
+        mig.destroy()
+
+
+def with_writer(ctx, dp, dest_sr, size, rates):
+    rows = []
+    for label, interval in rates:
+        mig = Migration(ctx, dp, dest_sr, size)
+        try:
+            _fill(ctx.zvol_device(mig.src), [(0, size)], 11)
+            tapdev = mig.start_guest()
+            writer = None
+            if interval is not None:
+                writer = Writer(tapdev, 3, size, interval)
+                writer.start()
+            job, seconds = mig.mirror(writer)
+            if writer and writer.error:
+                raise RuntimeError("the guest's write failed: %s"
+                                   % writer.error)
+            if not mig.same([(0, size)]):
+                raise RuntimeError("destination differs (%s)" % label)
+            rows.append(dict(_figures(job, seconds, writer), rate=label))
+            common.log("migrate with writer %s: %.1f s, rounds %s, "
+                       "pause %s", label, seconds, rows[-1]["rounds"],
+                       job.get("pause_seconds"))
+        finally:
+            mig.destroy()
+    return rows
+
+
+def run(ctx):
+    from plugin_client import Plugin
+    dp = Plugin(ctx.plugin.root, plugin_dir=DATAPATH_PLUGIN,
+                env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+    dest_sr = ctx.new_sr("migrate-dest")
+    full = FULL // 2 if ctx.quick else FULL
+    sizes = [SIZES[0], SIZES[-1]] if ctx.quick else SIZES
+    rates = RATES[:2] if ctx.quick else RATES
+    return {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
+            "by_size": by_size(ctx, dp, dest_sr, sizes),
+            "plain_copy": plain_copy(ctx, dp, dest_sr, full),
+            "full": with_writer(ctx, dp, dest_sr, full, rates)}

@@ -1,0 +1,127 @@
+"""What a storage migration's tests and benchmark both play: xapi's
+one-shot NBD proxy, and a guest writing through its tapdev meanwhile."""
+
+import hashlib
+import mmap
+import os
+import random
+import socket
+import threading
+import time
+
+BLOCK = 64 * 1024
+
+
+class Proxy(threading.Thread):
+    """xapi's export_nbd_proxy once connected (storage_smapiv3_migrate.ml:
+    one accept, then the listening socket closed): bytes both ways to
+    upstream until either side closes. It can cut the link, after
+    cut_after bytes towards the destination or when cut is set."""
+
+    def __init__(self, path, upstream, cut_after=None):
+        threading.Thread.__init__(self, daemon=True)
+        self.upstream, self.cut_after = upstream, cut_after
+        self.cut = threading.Event()
+        self.sent, self.error = 0, None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(1)
+        self.path = path
+        self.ends = ()
+        self.start()
+
+    def run(self):
+        conn, _ = self.listener.accept()
+        self.listener.close()
+        os.unlink(self.path)
+        out = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ends = (conn, out)
+        try:
+            out.connect(self.upstream)
+        except OSError as exc:
+            self.error = exc          # the source sees the link go
+            self.close()
+            return
+        threads = [threading.Thread(target=self.pipe, args=(conn, out, True)),
+                   threading.Thread(target=self.pipe, args=(out, conn, False))]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            if self.cut.wait(0.2):
+                self.close()
+            for t in threads:
+                t.join(0.01)
+
+    def pipe(self, a, b, towards):
+        try:
+            while True:
+                data = a.recv(1 << 16)
+                if not data:
+                    break
+                if towards:
+                    self.sent += len(data)
+                    if self.cut_after is not None and \
+                            self.sent > self.cut_after:
+                        break
+                b.sendall(data)
+        except OSError:
+            pass
+        self.close()
+
+    def close(self):
+        for s in self.ends:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Writer(threading.Thread):
+    """A guest writing through its tapdev with O_DIRECT until stopped:
+    BLOCK-sized writes at random places of the first ``size`` bytes,
+    random data or (one in five) zeros over data, one every ``interval``
+    seconds. Keeps the count, the bytes and the slowest write (a pause
+    of the guest's disk shows there)."""
+
+    def __init__(self, tapdev, seed, size, interval=0.005):
+        threading.Thread.__init__(self, daemon=True)
+        self.tapdev, self.rnd = tapdev, random.Random(seed)
+        self.size, self.interval = size, interval
+        self.stop = threading.Event()
+        self.count, self.error, self.slowest = 0, None, 0.0
+
+    @property
+    def written(self):
+        return self.count * BLOCK
+
+    def run(self):
+        buf = mmap.mmap(-1, BLOCK)
+        fd = os.open(self.tapdev, os.O_WRONLY | os.O_DIRECT)
+        try:
+            while not self.stop.is_set():
+                buf.seek(0)
+                buf.write(bytes(BLOCK) if self.rnd.random() < 0.2 else
+                          self.rnd.getrandbits(8 * BLOCK).to_bytes(
+                              BLOCK, "little"))
+                at = self.rnd.randrange(self.size // BLOCK) * BLOCK
+                started = time.monotonic()
+                os.pwrite(fd, buf, at)
+                self.slowest = max(self.slowest, time.monotonic() - started)
+                self.count += 1
+                if self.interval:
+                    self.stop.wait(self.interval)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(fd)
+
+
+def whole_hash(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
