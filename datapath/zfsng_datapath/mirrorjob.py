@@ -228,7 +228,7 @@ class Copy(object):
         forwarder.caught_up()
 
     def _write(self, offset, data):
-        self.client.write(offset, data)
+        self.sink.write(offset, data)
         if self.writes and self.writes[-1][1] == offset:
             self.writes[-1] = (self.writes[-1][0], offset + len(data))
         else:
@@ -239,7 +239,7 @@ class Copy(object):
         end = self.size if length is None else min(self.size,
                                                    offset + length)
         for start, stop in _overlap(self.held, offset, end):
-            self.client.zero(start, stop - start)
+            self.sink.zero(start, stop - start)
         self.frees.append((offset, end))
 
 

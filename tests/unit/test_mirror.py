@@ -202,3 +202,17 @@ def test_a_dead_jobs_snapshot_is_collected_a_running_ones_kept(host, vdi):
 def snapshots(zvol):
     return [r["name"] for r in zfs.list_datasets(zvol, ["name"],
                                                  types="snapshot")]
+
+
+def test_the_catch_up_writes_only_through_the_relay():
+    """Once tapdisk mirrors, every write and zero of the copy goes through
+    the relay (which keeps them off mirrored ranges), none straight to
+    the upstream connection the relay reads the replies of."""
+    client, relayed = Recorder(), Recorder()
+    copy = mirrorjob.Copy({"total": 0}, client, "tank/v", 1 << 30)
+    copy.held = [(0, 4096)]
+    copy.sink = relayed
+    copy._write(8192, b"x" * 4096)
+    copy._free(0, 4096)
+    assert (client.sent, client.zeroed) == (0, [])
+    assert (relayed.sent, relayed.zeroed) == (4096, [(0, 4096)])
