@@ -32,8 +32,10 @@ from xapi_flows import domain_of
 PROXY_DIR = "/var/run/nbdproxy/export"
 SOURCE_DP = "4b1c7d2e-3f5a-4e6b-9c8d-7a6b5c4d3e2f"
 MIG_SIZE = 32 << 20      # each round is a copy of it under emulation
-WRITE_EVERY = 0.05       # s: a busy guest; under emulation, with one
-                         # vCPU, a flood makes each snapshot wait a minute
+WRITE_EVERY = 0.2        # s: a busy guest the emulated link outpaces, so
+                         # rounds shrink (a flood makes each snapshot wait
+                         # a minute under one emulated vCPU; the benchmark
+                         # plays faster writers)
 
 
 def wait_complete(dp, key, bound=900):
