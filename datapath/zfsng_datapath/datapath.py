@@ -2,10 +2,10 @@
 
 The calls, as xapi makes them for one VBD (xapi-storage-script main.ml):
   open(persistent)       at VM start (epoch_begin), for every VDI
-  attach(domain)         -> XenDisk (tapdisk's device, backend vbd3) for a
-                            guest, plus a BlockDevice (the zvol); a dom0
-                            attach (domain u0_..., or 0: see uri.py) needs
-                            only the BlockDevice
+  attach(domain)         -> for a guest: XenDisk and BlockDevice, both
+                            tapdisk's device (backend vbd3), and tapdisk's
+                            NBD server; for dom0 (domain u0_..., or 0: see
+                            uri.py) only a BlockDevice, the zvol itself
   activate[_readonly]    tapdisk opens the zvol (aio:, O_DIRECT, -R)
   deactivate, detach     undo; detach never fails
   close                  at VM shutdown (epoch_end)
@@ -166,15 +166,25 @@ def attach(dbg, uri, domain):
                     snapclone.drop(target, st["clone"],
                                 but=(target.dataset, domain))
             raise
-        impls = [["BlockDevice", {"path": zvoldev.link(st["device"])}]]
-        if guest:
-            impls.insert(0, ["XenDisk", {"params": st["tapdev"], "extra": {},
-                                         "backend_type": "vbd3"}])
-            impls.append(["Nbd", {"uri": _nbd_uri(target, st)}])
+        impls = _implementations(target, st) if guest else \
+            [["BlockDevice", {"path": zvoldev.link(st["device"])}]]
         log.info("attached %s for domain %s: %s%s", target.dataset, domain,
                  zvoldev.link(st["device"]),
                  " via %s" % st["tapdev"] if guest else "")
         return {"implementations": impls}
+
+
+def _implementations(target, st):
+    """A guest attach's answer. xenopsd writes the VBD's ``params`` from
+    the first BlockDevice (or File) of it, before the XenDisk's own
+    (xenops_server_xen.ml params_of_backend), and the vbd3 backend
+    (tapback) finds the tapdisk by that device's number: so the
+    BlockDevice is tapdisk's device too, as XCP-ng's own tapdisk
+    datapath answers, never the zvol under it."""
+    return [["XenDisk", {"params": st["tapdev"], "extra": {},
+                         "backend_type": "vbd3"}],
+            ["BlockDevice", {"path": st["tapdev"]}],
+            ["Nbd", {"uri": _nbd_uri(target, st)}]]
 
 
 def _nbd_uri(target, st):

@@ -274,7 +274,7 @@ class Host(object):
         except AssertionError as exc:   # hung or bad stdout: a problem
             result, error = None, "AssertionError: %s" % exc
         if kind == "attach" and result is not None:
-            result = device_of(result)
+            result = device_of(result, args["uri"], args["domain"])
         self.journal.write(ev="returned", n=n, iteration=self.iteration,
                            result=result, error=error)
         for text in self.book.problems[before:]:
@@ -287,11 +287,21 @@ class Host(object):
         return result if result is not None else True
 
 
-def device_of(result):
-    for impl in result["implementations"]:
-        if impl[0] == "BlockDevice":
-            return impl[1]["path"]
-    raise AssertionError("no BlockDevice in %r" % result)
+def device_of(result, uri, domain):
+    """The device the campaign reads and writes: the zvol (or clone) the
+    VDI's data is on. A dom0 attach answers it (BlockDevice); a guest's
+    answer is tapdisk's device, so the zvol under it comes from the
+    datapath's record. The campaign writes beside tapdisk, on the zvol,
+    as it always has: its subject is the plugin's crash safety."""
+    impls = dict((i[0], i[1]) for i in result["implementations"])
+    if "BlockDevice" not in impls:
+        raise AssertionError("no BlockDevice in %r" % result)
+    if "XenDisk" not in impls:
+        return impls["BlockDevice"]["path"]
+    from zfsng import zvoldev          # the installed copies
+    from zfsng_datapath import state, uri as urimod
+    st = state.load(urimod.parse(uri).dataset, domain)
+    return zvoldev.link(st["device"])
 
 
 def data_block(seed):
@@ -680,7 +690,7 @@ def restart(host, model, key, fresh):
             book.call("Datapath.open", uri=uri,
                       persistent=dp.get("persistent") is not False)
         path = device_of(book.call("Datapath.attach", uri=uri,
-                                   domain=domain))
+                                   domain=domain), uri, domain)
         book.call("Datapath.activate_readonly" if vdi["snapshot"] else
                   "Datapath.activate", uri=uri, domain=domain)
         got = read_hash(path)

@@ -434,6 +434,26 @@ def test_the_device_is_checked_with_zvol_id(host, vdi):
 
 # --- a guest: tapdisk --------------------------------------------------------
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_xenopsd_puts_tapdisks_device_into_the_vbd(host, snap_vdi,
+                                                  persistent):
+    """xenopsd writes a VBD's params from the answer's first BlockDevice
+    (or File), not from the XenDisk (xenops_server_xen.ml
+    params_of_backend), and tapback serves the device at params: for a
+    guest it must be tapdisk's, for a VDI, a snapshot (its read-only
+    clone) and a reset-on-boot disk alike."""
+    sr, vol, snap = snap_vdi
+    dp("Datapath.open", uri=uri_of(vol), persistent=persistent)
+    for v, domain in ((vol, GUEST), (snap, "7")):
+        got = dp("Datapath.attach", uri=uri_of(v), domain=domain)
+        params = [i[1]["path"] for i in got["implementations"]
+                  if i[0] in ("BlockDevice", "File")][0]
+        (xendisk,) = [i[1] for i in got["implementations"]
+                      if i[0] == "XenDisk"]
+        assert params == xendisk["params"]
+        assert params.startswith("/dev/xen/blktap-2/tapdev")
+
+
 def test_guest_attach_spawns_allocates_attaches(host, vdi):
     sr, vol = vdi
     result = dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
@@ -441,7 +461,7 @@ def test_guest_attach_spawns_allocates_attaches(host, vdi):
     assert result == {"implementations": [
         ["XenDisk", {"params": "/dev/xen/blktap-2/tapdev0", "extra": {},
                      "backend_type": "vbd3"}],
-        ["BlockDevice", {"path": host.link(dataset_of(vol))}],
+        ["BlockDevice", {"path": "/dev/xen/blktap-2/tapdev0"}],
         ["Nbd", {"uri": "nbd:unix:/var/run/blktap-control/nbd%d.0:"
                         "exportname=%s" % (pid, vol["key"])}]]}
     assert [a[1] for a in host.ran("tap-ctl") if a[1] != "list"] == \
@@ -1579,9 +1599,9 @@ def test_a_datapath_clone_cut_before_its_mark_is_marked_by_the_next_attach(
     _cut_ro_clone(host, snap)
     props = host.zfs.local_props(clone)
     assert meta.DATAPATH_CLONE not in props and "readonly" not in props
-    result = full_cycle(uri_of(snap), GUEST)
-    assert result["implementations"][1] == [
-        "BlockDevice", {"path": host.link(clone)}]
+    full_cycle(uri_of(snap), GUEST)
+    (opened,) = host.ran("tap-ctl", "open")
+    assert opened[opened.index("-a") + 1] == "aio:" + host.link(clone)
     assert len(host.ran("zfs", "clone")) == 1       # the one cut
     assert not host.zfs.exists(clone)
     nothing_left(host)
