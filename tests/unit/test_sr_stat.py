@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import errors, meta, values
 
 import fakezfs
 from conftest import SR_UUID, call, create_sr, create_volume
@@ -279,7 +279,7 @@ def test_set_name_too_large(fake):
 
 def test_largest_name_that_fits(fake):
     sr, _ = create_sr()
-    name = "n" * (meta.MAX_VALUE - 2)        # plus two quotes
+    name = "n" * (values.MAX_VALUE - 2)        # plus two quotes
     call("SR.set_name", sr=sr, new_name=name)
     assert call("SR.stat", sr=sr)["name"] == name
 

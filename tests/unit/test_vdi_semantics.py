@@ -22,7 +22,7 @@ import shlex
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import errors, meta, values
 
 import fakezfs
 from fakezfs import CommandError
@@ -474,7 +474,7 @@ def test_keys_that_do_not_fit_change_nothing(fake, sr):
 
 def test_keys_up_to_what_zfs_accepts(fake, sr):
     volume = vdi_create(sr)
-    encoded = len(meta.encode_keys({"vdi-type": "user", "big": ""}))
+    encoded = len(values.encode_keys({"vdi-type": "user", "big": ""}))
     fits = "x" * (fakezfs.ZAP_MAXVALUELEN - 1 - encoded)
     call("Volume.set", sr=sr, key=volume["key"], k="big", v=fits)
     assert call("Volume.stat", sr=sr, key=volume["key"])["keys"]["big"] == \

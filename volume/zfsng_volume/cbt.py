@@ -46,7 +46,7 @@ Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
 from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    runner, wire, zdb, zfs
+    runner, values, wire, zdb, zfs
 from zfsng_volume import volume as vol
 
 
@@ -79,7 +79,7 @@ def _set_enabled(sr, key, on):
                 "change" % key)
         log.info("%s changed block tracking on %s",
                  "enabling" if on else "disabling", row["name"])
-        zfs.set_props(row["name"], {meta.CBT_ENABLED: meta.encode_bool(on)})
+        zfs.set_props(row["name"], {meta.CBT_ENABLED: values.encode_bool(on)})
         if not on and not meta.is_snapshot(row):
             for snap in rows:
                 if meta.is_snapshot(snap) and \
@@ -147,7 +147,7 @@ def _keep_metadata(sr, rows, row):
         zfs.destroy(creating)
     # Without a map (never a list's target, as the first snapshot of a
     # chain), one is made now, while the snapshot can be read.
-    props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), meta.MAX_VALUE)
+    props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), values.MAX_VALUE)
     props.update({meta.CBT_ENABLED: "true", meta.CBT_BOOKMARK: mark,
                   "volmode": "none", "volblocksize": row["volblocksize"] or
                   _volblocksize(meta.parent_of(row["name"]))})
@@ -360,7 +360,7 @@ def _keep_map(name, ranges):
     list from it makes one again."""
     try:
         zfs.set_props(name, {meta.CBT_MAP: blockmap.encode_map(
-            ranges, meta.MAX_VALUE)})
+            ranges, values.MAX_VALUE)})
     except errors.StorageError as exc:
         log.warning("could not keep the allocation map of %s: %s", name,
                     exc.message)

@@ -23,7 +23,7 @@ health (``health``), SR.probe (``probe``).
 import json
 
 from zfsng import collect, errors, hostid, inventory, lock, log, meta, names, \
-    pools, wire, zfs, zvoldev
+    pools, values, wire, zfs, zvoldev
 from zfsng_volume import alert, cleanup, devconfig, devices, health, \
     poolimport, volume
 
@@ -38,8 +38,8 @@ def stat_of(sr, row=None, sr_health=None):
     row = row or inventory.sr_row(sr)
     used, available = int(row["used"]), int(row["available"])
     return {"sr": sr, "uuid": row[meta.SR_UUID],
-            "name": meta.decode_text(row[meta.SR_NAME]),
-            "description": meta.decode_text(row[meta.SR_DESCRIPTION]),
+            "name": values.decode_text(row[meta.SR_NAME]),
+            "description": values.decode_text(row[meta.SR_DESCRIPTION]),
             "free_space": available, "total_space": used + available,
             "datasources": [], "clustered": False,
             "health": sr_health or health.health(meta.pool_of(sr))}
@@ -53,8 +53,8 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
         "compression": cfg.compression,
         "dedup": cfg.dedup,
         meta.SR_UUID: uuid,
-        meta.SR_NAME: meta.encode_text(name),
-        meta.SR_DESCRIPTION: meta.encode_text(description),
+        meta.SR_NAME: values.encode_text(name),
+        meta.SR_DESCRIPTION: values.encode_text(description),
         meta.SR_OWNER: owner,
         meta.SR_PROVISIONING: cfg.provisioning,
         meta.SR_VOLBLOCKSIZE: str(cfg.volblocksize),
@@ -63,8 +63,8 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
     if cfg.sync:
         props["sync"] = cfg.sync
     if owner == "pool":
-        props[meta.SR_DEVICES] = meta.encode_keys(cfg.devices)
-        props[meta.SR_UNCLAIMED] = meta.encode_keys(configuration)
+        props[meta.SR_DEVICES] = values.encode_keys(cfg.devices)
+        props[meta.SR_UNCLAIMED] = values.encode_keys(configuration)
     return props
 
 
@@ -152,7 +152,7 @@ def _unclaimed(found, configuration):
     DeviceInUse. (If xapi did get the answer but the PBD never plugged, its
     empty SR record no longer attaches: SR_does_not_exist; forget it.)
     """
-    wanted = meta.encode_keys(configuration)
+    wanted = values.encode_keys(configuration)
     for dataset, _ in found:
         if "/" in dataset:
             continue
@@ -170,8 +170,8 @@ def _claim(pool, uuid, name, description):
              "this device-config, and never used: it becomes SR %s",
              pool, uuid)
     zfs.set_props(pool, {meta.SR_UUID: uuid,
-                         meta.SR_NAME: meta.encode_text(name),
-                         meta.SR_DESCRIPTION: meta.encode_text(description)})
+                         meta.SR_NAME: values.encode_text(name),
+                         meta.SR_DESCRIPTION: values.encode_text(description)})
     return pool
 
 
@@ -440,7 +440,7 @@ def _stat_of_a_dead_pool(sr):
 def set_name(dbg, sr, new_name):
     with lock.sr_lock(sr):
         inventory.sr_row(sr)
-        zfs.set_props(sr, {meta.SR_NAME: meta.encode_text(new_name)})
+        zfs.set_props(sr, {meta.SR_NAME: values.encode_text(new_name)})
 
 
 @wire.method("SR.set_description")
@@ -448,7 +448,7 @@ def set_description(dbg, sr, new_description):
     with lock.sr_lock(sr):
         inventory.sr_row(sr)
         zfs.set_props(sr, {meta.SR_DESCRIPTION:
-                           meta.encode_text(new_description)})
+                           values.encode_text(new_description)})
 
 
 @wire.method("SR.ls")

@@ -39,7 +39,7 @@ the ones whose command is gone (``_locked``, ``collect.free_abandoned``).
 import contextlib
 
 from zfsng import abandoned, collect, errors, inventory, lock, log, meta, \
-    names, wire, zfs
+    names, values, wire, zfs
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -88,7 +88,7 @@ def _keys(row):
     so is a value that is no string; both said in SMlog: the VDI stays
     listed (Volume.set refuses until the property is fixed)."""
     try:
-        keys = meta.decode_keys(row[meta.VDI_KEYS], row["name"])
+        keys = values.decode_keys(row[meta.VDI_KEYS], row["name"])
     except errors.MetadataUnreadable as exc:
         log.warning("%s; listed without keys", exc.message)
         return {}
@@ -111,8 +111,8 @@ def _to_volume(row):
                    MAX_SIZE)
     return {
         "key": key, "uuid": key,
-        "name": meta.decode_text(row[meta.VDI_NAME]),
-        "description": meta.decode_text(row[meta.VDI_DESCRIPTION]),
+        "name": values.decode_text(row[meta.VDI_NAME]),
+        "description": values.decode_text(row[meta.VDI_DESCRIPTION]),
         "read_write": not snapshot,
         "sharable": row.get(meta.VDI_SHARABLE) == "true",
         "virtual_size": _size(row, "volsize"),
@@ -217,10 +217,10 @@ def _locked(sr):
 def _vdi_props(key, name, description, sharable, keys=None):
     return {
         meta.VDI_UUID: key,
-        meta.VDI_NAME: meta.encode_text(name),
-        meta.VDI_DESCRIPTION: meta.encode_text(description),
-        meta.VDI_KEYS: meta.encode_keys(keys or {}),
-        meta.VDI_SHARABLE: meta.encode_bool(sharable),
+        meta.VDI_NAME: values.encode_text(name),
+        meta.VDI_DESCRIPTION: values.encode_text(description),
+        meta.VDI_KEYS: values.encode_keys(keys or {}),
+        meta.VDI_SHARABLE: values.encode_bool(sharable),
     }
 
 
@@ -275,12 +275,12 @@ def snapshot(dbg, sr, key):
         name = "%s@%s" % (row["name"], new)
         log.info("snapshot %s", name)
         props = _vdi_props(
-            new, meta.decode_text(row[meta.VDI_NAME]),
-            meta.decode_text(row[meta.VDI_DESCRIPTION]),
+            new, values.decode_text(row[meta.VDI_NAME]),
+            values.decode_text(row[meta.VDI_DESCRIPTION]),
             row.get(meta.VDI_SHARABLE) == "true")
         # set on the snapshot itself: a later disable_cbt on the zvol
         # does not change what the snapshot was taken with
-        props[meta.CBT_ENABLED] = meta.encode_bool(
+        props[meta.CBT_ENABLED] = values.encode_bool(
             row.get(meta.CBT_ENABLED) == "true")
         with abandoned.making(sr, new, [name]):
             zfs.snapshot(name, props)
@@ -297,8 +297,8 @@ def clone(dbg, sr, key):
             _read_only(source, key, "cloned")
         new = names.new_uuid()
         dataset = meta.vdi_dataset(sr, new)
-        props = _vdi_props(new, meta.decode_text(source[meta.VDI_NAME]),
-                           meta.decode_text(source[meta.VDI_DESCRIPTION]),
+        props = _vdi_props(new, values.decode_text(source[meta.VDI_NAME]),
+                           values.decode_text(source[meta.VDI_DESCRIPTION]),
                            source.get(meta.VDI_SHARABLE) == "true")
         if thick:
             props["refreservation"] = "auto"
@@ -454,22 +454,22 @@ def _update(sr, key, change):
 
 @wire.method("Volume.set_name")
 def set_name(dbg, sr, key, new_name):
-    _update(sr, key, lambda row: {meta.VDI_NAME: meta.encode_text(new_name)})
+    _update(sr, key, lambda row: {meta.VDI_NAME: values.encode_text(new_name)})
 
 
 @wire.method("Volume.set_description")
 def set_description(dbg, sr, key, new_description):
     _update(sr, key, lambda row: {
-        meta.VDI_DESCRIPTION: meta.encode_text(new_description)})
+        meta.VDI_DESCRIPTION: values.encode_text(new_description)})
 
 
 def _with_key(row, k, v):
-    keys = meta.decode_keys(row[meta.VDI_KEYS], row["name"])
+    keys = values.decode_keys(row[meta.VDI_KEYS], row["name"])
     if v is None:
         keys.pop(k, None)
     else:
         keys[k] = v
-    return {meta.VDI_KEYS: meta.encode_keys(keys)}
+    return {meta.VDI_KEYS: values.encode_keys(keys)}
 
 
 @wire.method("Volume.set")
