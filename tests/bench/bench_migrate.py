@@ -61,6 +61,7 @@ class Migration(object):
         self.src = ctx.new_volume(size, name="mig-src")
         self.dst = ctx.new_volume(size, name="mig-dst", sr=dest_sr)
         self.steps = []
+        self.opened = False
 
     def call(self, method, vol, domain, undo=None):
         result = self.dp(method, uri=vol["uri"][0], domain=domain)
@@ -81,6 +82,9 @@ class Migration(object):
         return sock, name[len("exportname="):]
 
     def start_guest(self):
+        """The VM's start: open, attach, activate; returns its tapdev."""
+        self.dp("Datapath.open", uri=self.src["uri"][0], persistent=True)
+        self.opened = True
         got = self.call("Datapath.attach", self.src, GUEST,
                         "Datapath.detach")
         self.call("Datapath.activate", self.src, GUEST,
@@ -127,9 +131,13 @@ class Migration(object):
         self.steps.remove((method, vol, domain))
 
     def undo(self):
-        """Every datapath call not yet undone, undone in reverse."""
+        """Every datapath call not yet undone, undone in reverse; then the
+        VM's epoch ends (close)."""
         for method, vol, domain in reversed(list(self.steps)):
             self.undo_one(method, vol, domain)
+        if self.opened:
+            self.dp("Datapath.close", uri=self.src["uri"][0])
+            self.opened = False
 
     def same(self, ranges):
         """Whether both devices hold the same bytes over ranges."""

@@ -174,11 +174,24 @@ def migrate_live(dp, plugin, sr, destination, released):
     proxy.join(60)
     done = dp("Data.stat", operation=["MirrorV1", op[1]])
     assert done == {"failed": False, "complete": True, "progress": 1.0}
+    job = job_gone(op[1])
+    assert job["phase"] == "done" and job["rounds"] and job["copied"] > 0
+    assert "pause_seconds" in job
+    told = smlog(op[1])                 # what an admin reads, per round
+    assert len([t for t in told if "mirror round" in t]) == \
+        len(job["rounds"]) and [t for t in told if "was paused" in t]
     assert destination.finalize() == whole_hash("/dev/zvol/" + dataset(src))
     names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
                sr).split()
     assert not [n for n in names if "@zfsng-sxm-" in n]
     nothing_left(sr)
+
+
+def smlog(key):
+    """The log lines of mirror job key (the guest's syslog stands for
+    dom0's SMlog)."""
+    with open("/var/log/messages", errors="replace") as f:
+        return [line for line in f if "[%s]" % key in line]
 
 
 def stat_until(dp, key, what, bound=900):
