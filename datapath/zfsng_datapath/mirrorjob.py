@@ -166,11 +166,12 @@ class Copy(object):
             self.writes)
         seconds = time.monotonic() - started
         sent = self.sink.sent - before
-        rounds = self.job["rounds"] + [{"bytes": sent,
-                                        "seconds": round(seconds, 3)}]
+        rounds = self.job["rounds"] + [{"bytes": sent, "ranges": len(
+            self.writes), "seconds": round(seconds, 3)}]
         self.job.update(copied=self.job["copied"] + sent, rounds=rounds)
-        log.info("mirror round %d: %d bytes in %.1f s (%.1f MB/s)",
-                 len(rounds), sent, seconds, sent / max(seconds, 1e-3) / 1e6)
+        log.info("mirror round %d: %d bytes in %d ranges, %.1f s (%.1f "
+                 "MB/s)", len(rounds), sent, len(self.writes), seconds,
+                 sent / max(seconds, 1e-3) / 1e6)
         return sent
 
     def rounds(self, held):
