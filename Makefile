@@ -169,7 +169,11 @@ lint-py36: $(VPY)
 # not depend on the version run on one of the two, and each crash sweep
 # plays half its points on each).
 GUEST_SPLIT   ?=
-GUEST_TIMEOUT ?= 4500
+# The bound on one version's suite: 2.1's took 4450 s in a clean clone's
+# check (session 12, before the failed-mirror tests moved out of check);
+# with the host layers (about 6 min) and the multihost pair (about 4)
+# an overtime suite still fails inside CI's 90 minutes.
+GUEST_TIMEOUT ?= 4700
 test-guest-2.1 test-guest-2.3: test-guest-%:
 	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=$(GUEST_SPLIT)
