@@ -167,7 +167,7 @@ lint-py36: $(VPY)
 # GUEST_SPLIT=none runs every test on the version (ZFSNG_GUEST_SPLIT in
 # tests/integration/conftest.py: by default the tests whose outcome does
 # not depend on the version run on one of the two, and each crash sweep
-# plays half its points on each).
+# plays a third of its points on 2.1 and the rest on 2.3).
 GUEST_SPLIT   ?=
 # The bound on one version's suite: 2.1's took 4450 s in a clean clone's
 # check (session 12, before the failed-mirror tests moved out of check);
