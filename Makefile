@@ -169,10 +169,11 @@ lint-py36: $(VPY)
 # not depend on the version run on one of the two, and each crash sweep
 # plays a third of its points on 2.1 and the rest on 2.3).
 GUEST_SPLIT   ?=
-# The bound on one version's suite: 2.1's took 4450 s in a clean clone's
-# check (session 12, before the failed-mirror tests moved out of check);
-# with the host layers (about 6 min) and the multihost pair (about 4)
-# an overtime suite still fails inside CI's 90 minutes.
+# The bound on one version's suite: 2.1's ran out of 4500 s at 98% in a
+# clean clone's check (session 12, before the failed-mirror tests moved
+# out of check and its share of the crash points went to a third); with
+# the host layers (about 6 min) and the multihost pair (about 4) an
+# overtime suite still fails inside CI's 90 minutes.
 GUEST_TIMEOUT ?= 4700
 test-guest-2.1 test-guest-2.3: test-guest-%:
 	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
