@@ -69,15 +69,18 @@ class Migration(object):
             self.steps.append((undo, vol, domain))
         return result
 
+    def activated(self, vol, domain, kind):
+        """attach and activate vol for domain (both undone at the end);
+        the attach answer's implementation of that kind."""
+        got = self.call("Datapath.attach", vol, domain, "Datapath.detach")
+        self.call("Datapath.activate", vol, domain, "Datapath.deactivate")
+        (impl,) = [i[1] for i in got["implementations"] if i[0] == kind]
+        return impl
+
     def receive(self):
         """receive_start3: the destination attached and activated for the
         mirror's pseudo-domain; its Nbd answer."""
-        got = self.call("Datapath.attach", self.dst, MIRROR_VM,
-                        "Datapath.detach")
-        self.call("Datapath.activate", self.dst, MIRROR_VM,
-                  "Datapath.deactivate")
-        (uri,) = [i[1]["uri"] for i in got["implementations"]
-                  if i[0] == "Nbd"]
+        uri = self.activated(self.dst, MIRROR_VM, "Nbd")["uri"]
         _, _, sock, name = uri.split(":")
         return sock, name[len("exportname="):]
 
@@ -85,13 +88,7 @@ class Migration(object):
         """The VM's start: open, attach, activate; returns its tapdev."""
         self.dp("Datapath.open", uri=self.src["uri"][0], persistent=True)
         self.opened = True
-        got = self.call("Datapath.attach", self.src, GUEST,
-                        "Datapath.detach")
-        self.call("Datapath.activate", self.src, GUEST,
-                  "Datapath.deactivate")
-        (tapdev,) = [i[1]["params"] for i in got["implementations"]
-                     if i[0] == "XenDisk"]
-        return tapdev
+        return self.activated(self.src, GUEST, "XenDisk")["params"]
 
     def mirror(self, writer=None):
         """send_start to mirror_wait, then the VM's move; returns the
