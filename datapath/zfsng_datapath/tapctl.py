@@ -57,9 +57,10 @@ reasons:
 - ZFS already caches in the ARC; a buffered open would keep a second copy in
   dom0's page cache, and dom0's memory is small and shared with the ARC;
 - tapdisk completes a guest write when its aio completes: with buffered
-  I/O that is the page cache, so a guest's flush would not cover data that
-  only dom0's page cache holds; with O_DIRECT the write has reached ZFS,
-  whose own sync semantics (ZIL, ``sync=``) then apply;
+  I/O that is the page cache, which tapdisk never flushes; with O_DIRECT
+  the write has reached ZFS. tapdisk passes no flush on either, so the
+  write is stable only under the zvol's ``sync=always`` (zfs-ng's default:
+  ARCHITECTURE.md, "Why these defaults");
 - SMAPIv1 does the same for block-device SRs (blktap2.py keeps O_DIRECT
   except for file SRs, where it trades it for read caching).
 Measured on a zvol in the test guest, buffered I/O halved sequential

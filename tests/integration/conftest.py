@@ -212,8 +212,9 @@ def played(points):
 # births as zdb prints them; pool health, failing and suspended disks;
 # pool creation, import by name and guid, adoption, destroy and the
 # labels left after it; space accounting; every crash sweep (each
-# version plays part of its points: see plays); and a live migration out of zfs-ng, which
-# replays each version's send stream. Once (ONE_VERSION): what stands on a
+# version plays part of its points: see plays); a live migration out of
+# zfs-ng, which replays each version's send stream; and what a power cut
+# keeps (test_durability.py, in neither list: the ZIL differs). Once (ONE_VERSION): what stands on a
 # zvol's block device whichever version made it (dom0, tapdisk, NBD, the
 # reset's clones, a migration's NBD), the plugin's own handling of names, sizes, text,
 # configurations and keys, and the VDI and CBT flows whose commands the

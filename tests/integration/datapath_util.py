@@ -45,19 +45,21 @@ def pattern(seed):
         (DATA // (64 * 1024))
 
 
-def dd_write(path, data):
-    """Write data at offset 0 with O_DIRECT (as tapdisk writes)."""
+def dd_write(path, data, offset=0):
+    """Write data at offset (whole MiB) with O_DIRECT (as tapdisk
+    writes), then fsync."""
     proc = subprocess.run(["dd", "of=" + path, "bs=1M", "iflag=fullblock",
-                           "oflag=direct", "conv=fsync,notrunc",
-                           "status=none"],
+                           "seek=%d" % (offset // MiB), "oflag=direct",
+                           "conv=fsync,notrunc", "status=none"],
                           input=data, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=300)
     return proc.returncode, proc.stderr.decode()
 
 
-def dd_hash(path, size=DATA):
-    """sha256 of the first size bytes, read with O_DIRECT."""
+def dd_hash(path, size=DATA, offset=0):
+    """sha256 of size bytes at offset (whole MiB), read with O_DIRECT."""
     proc = subprocess.run(["dd", "if=" + path, "bs=1M",
+                           "skip=%d" % (offset // MiB),
                            "count=%d" % (size // MiB), "iflag=direct",
                            "status=none"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -40,7 +40,7 @@ def test_defaults():
     assert cfg.volblocksize == 16384
     assert cfg.ashift is None
     assert cfg.provisioning == "thin"
-    assert cfg.sync is None
+    assert cfg.sync == "always"     # tapdisk passes no flush on
     assert cfg.dedup == "off"
     assert cfg.force is False
     assert cfg.pool_guid is None

@@ -46,7 +46,7 @@ def test_device_builds_a_tuned_pool(fake):
     assert props["compression"] == "lz4"
     assert props["dedup"] == "off"
     assert props["volmode"] == "dev"
-    assert "sync" not in props
+    assert props["sync"] == "always"
     assert props[meta.SR_UUID] == SR_UUID
     assert props[meta.SR_OWNER] == "pool"
     assert props[meta.SR_PROVISIONING] == "thin"

@@ -30,7 +30,8 @@ KEYS = {
                     "(default 16K)",
     "ashift": "Pool sector size exponent, 9..16 (default: detected by ZFS)",
     "provisioning": "thin (default) or thick (VDIs fully reserved)",
-    "sync": "standard (default), always or disabled",
+    "sync": "always (default: a guest's flushed writes survive a power "
+            "cut), standard or disabled",
     "dedup": "off (default), on or verify; costs RAM and write speed",
     "force": "true to use disks that carry an old filesystem, partition "
              "table or pool label (their data is lost); default false",
@@ -70,7 +71,10 @@ class SrConfig(object):
         self.volblocksize = DEFAULT_VOLBLOCKSIZE
         self.ashift = None
         self.provisioning = "thin"
-        self.sync = None
+        # tapdisk never passes a guest's flush on to the zvol: only
+        # sync=always makes a write the guest saw complete survive a
+        # power cut (ARCHITECTURE.md, "Why these defaults")
+        self.sync = "always"
         self.dedup = "off"
         self.force = False
         self.pool_guid = None

@@ -52,6 +52,7 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
         "volmode": "dev",            # dom0 never scans guests' partitions
         "compression": cfg.compression,
         "dedup": cfg.dedup,
+        "sync": cfg.sync,
         meta.SR_UUID: uuid,
         meta.SR_NAME: values.encode_text(name),
         meta.SR_DESCRIPTION: values.encode_text(description),
@@ -60,8 +61,6 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
         meta.SR_VOLBLOCKSIZE: str(cfg.volblocksize),
         meta.SR_FORMAT: meta.FORMAT_VERSION,
     }
-    if cfg.sync:
-        props["sync"] = cfg.sync
     if owner == "pool":
         props[meta.SR_DEVICES] = values.encode_keys(cfg.devices)
         props[meta.SR_UNCLAIMED] = values.encode_keys(configuration)
