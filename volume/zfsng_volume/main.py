@@ -5,12 +5,12 @@ import sys
 
 # Imported for their @wire.method registrations: the volume plugin's table.
 from zfsng import wire
-from zfsng_volume import cbt, plugin, probe, sr, volume  # noqa: F401
+from zfsng_volume import cbt, labels, plugin, probe, sr, volume  # noqa: F401
 
 
 def handlers():
-    """The volume plugin's dispatch table: every function that plugin, sr
-    and volume register with @wire.method (wire.SERVED["zfsng_volume"] less
+    """The volume plugin's dispatch table: every function its modules
+    register with @wire.method (wire.SERVED["zfsng_volume"] less
     wire.UNIMPLEMENTED; tests/unit/test_dispatch.py holds it to that)."""
     return wire.handlers("zfsng_volume")
 

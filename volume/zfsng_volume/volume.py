@@ -33,7 +33,7 @@ the VDI it makes would appear at the next scan. So create, snapshot and
 clone record a failure from their VDI's first visible command on
 (``abandoned.making``), before it goes to xapi; SR.ls and the lookups
 leave recorded VDIs out, and every call that changes the SR first frees
-the ones whose command is gone (``_locked``, ``collect.free_abandoned``).
+the ones whose command is gone (``locked``, ``collect.free_abandoned``).
 """
 
 import contextlib
@@ -205,7 +205,7 @@ def find(sr, key):
 # --- the methods ---------------------------------------------------------------
 
 @contextlib.contextmanager
-def _locked(sr):
+def locked(sr):
     """The SR lock for a call that changes the SR; what calls that
     reported failure made anyway is freed first, once no command on it
     runs (``abandoned``)."""
@@ -228,7 +228,7 @@ def _vdi_props(key, name, description, sharable, keys=None):
 def create(dbg, sr, name, description, size, sharable):
     if size <= 0:
         raise errors.InvalidArgument("size must be positive, got %d" % size)
-    with _locked(sr):
+    with locked(sr):
         row = inventory.sr_row(sr)
         block = int(row[meta.SR_VOLBLOCKSIZE])
         rounded = _checked_size(size, block)
@@ -264,7 +264,7 @@ def stat(dbg, sr, key):
 
 @wire.method("Volume.snapshot")
 def snapshot(dbg, sr, key):
-    with _locked(sr):
+    with locked(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
         if meta.is_snapshot(row) or meta.is_data_destroyed(row):
@@ -289,7 +289,7 @@ def snapshot(dbg, sr, key):
 
 @wire.method("Volume.clone")
 def clone(dbg, sr, key):
-    with _locked(sr):
+    with locked(sr):
         row = inventory.sr_row(sr)
         thick = row[meta.SR_PROVISIONING] == "thick"
         source = find(sr, key)
@@ -334,7 +334,7 @@ def _discard(name):
 
 @wire.method("Volume.destroy")
 def destroy(dbg, sr, key):
-    with _locked(sr):
+    with locked(sr):
         inventory.sr_row(sr)
         rows = inventory.rows(sr)
         pending = collect.needed(rows)
@@ -407,7 +407,7 @@ def _hide_set_aside(rows, key, name):
 
 @wire.method("Volume.resize")
 def resize(dbg, sr, key, new_size):
-    with _locked(sr):
+    with locked(sr):
         inventory.sr_row(sr)
         row = find(sr, key)
         _read_only(row, key, "resized")
@@ -442,41 +442,3 @@ def _restore_size(name, size):
     except errors.ZfsError as exc:
         log.error("could not put %s back to %d bytes: %s", name, size,
                   exc.message)
-
-
-def _update(sr, key, change):
-    """Read-modify-write of one VDI's properties under the SR lock."""
-    with _locked(sr):
-        inventory.sr_row(sr)
-        row = find(sr, key)
-        zfs.set_props(row["name"], change(row))
-
-
-@wire.method("Volume.set_name")
-def set_name(dbg, sr, key, new_name):
-    _update(sr, key, lambda row: {meta.VDI_NAME: values.encode_text(new_name)})
-
-
-@wire.method("Volume.set_description")
-def set_description(dbg, sr, key, new_description):
-    _update(sr, key, lambda row: {
-        meta.VDI_DESCRIPTION: values.encode_text(new_description)})
-
-
-def _with_key(row, k, v):
-    keys = values.decode_keys(row[meta.VDI_KEYS], row["name"])
-    if v is None:
-        keys.pop(k, None)
-    else:
-        keys[k] = v
-    return {meta.VDI_KEYS: values.encode_keys(keys)}
-
-
-@wire.method("Volume.set")
-def set_key(dbg, sr, key, k, v):
-    _update(sr, key, lambda row: _with_key(row, k, v))
-
-
-@wire.method("Volume.unset")
-def unset_key(dbg, sr, key, k):
-    _update(sr, key, lambda row: _with_key(row, k, None))
