@@ -38,6 +38,7 @@ ZFS           ?= 2.3
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
         test-multihost-2.1 test-multihost-2.3 test-guests test-guests-all \
+        test-twohosts \
         test-migration \
         faults faults-quick faults-2.1 faults-2.3 faults-report
 
@@ -183,10 +184,16 @@ test-guest: test-guest-$(ZFS)
 
 # Storage migration's guest tests alone, all of them, on one version (make
 # check runs them too, split between the versions).
+# Then the same live migration between two guests joined by a link, each
+# with its own pool and tapdisk: two hosts (tests/guest/twohosts.sh).
 test-migration:
 	bash $(GUEST) --zfs $(ZFS) --timeout 2400 -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=none \
 	    PYTEST_ARGS="-k migrate"
+	$(MAKE) test-twohosts
+
+test-twohosts:
+	bash tests/guest/twohosts.sh --zfs $(ZFS)
 
 # Both suites at once, a one-CPU guest each: the suites are sequential
 # plugin calls, so on a two-core host two one-CPU guests side by side take

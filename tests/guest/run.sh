@@ -5,7 +5,8 @@
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
-#          [--shared-disk FILE] [--cpus N] [--state DIR] -- <command...>
+#          [--shared-disk FILE] [--cpus N] [--state DIR]
+#          [--link-listen SOCKET | --link-connect SOCKET] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -26,6 +27,10 @@
 # and its pool disks as the first boot left them. The guest's sysrq 'b'
 # (echo b >/proc/sysrq-trigger) is a power cut: with -no-reboot qemu ends
 # at once, no rc file is written, and run.sh exits 125.
+# --link-listen SOCKET / --link-connect SOCKET: a byte stream between two
+# guests, standing for the network between two hosts: a virtio serial port
+# (/dev/virtio-ports/zfsng.link in the guest) whose host end is the unix
+# socket SOCKET, made by the listening guest and joined by the other.
 # --hostid HEX gives the guest that hostid (default: the image's own).
 # --shared-disk FILE attaches an existing raw file, without image locking, as
 # /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
@@ -39,10 +44,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
-state=
+state= link=
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
-    sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -57,6 +62,8 @@ while [ $# -gt 0 ]; do
         --shared-disk) shared=${2:?}; shift 2 ;;
         --cpus) cpus=${2:?}; shift 2 ;;
         --state) state=${2:?}; shift 2 ;;
+        --link-listen) link="path=${2:?},server=on,wait=off"; shift 2 ;;
+        --link-connect) link="path=${2:?},reconnect=1"; shift 2 ;;
         --) shift; break ;;
         -h | --help) usage ;;
         *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -159,6 +166,10 @@ for ((i = 1; i <= disks; i++)); do
     drives+=(-drive "file=$keep/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
+if [ -n "$link" ]; then
+    drives+=(-device virtio-serial-pci,id=vser -chardev "socket,id=link,$link"
+        -device "virtserialport,bus=vser.0,chardev=link,name=zfsng.link")
+fi
 # The CPython 3.6 tree, read-only (see python36.sh --image).
 drives+=(-drive "file=$py36_img,format=raw,if=none,id=py36,readonly=on"
     -device "virtio-blk-pci,drive=py36,serial=zfsng-py36")

@@ -1,0 +1,165 @@
+"""Two hosts, one link: the guest side of tests/guest/twohosts.sh.
+
+A VM's disk moves, live, from a zfs-ng SR on host A to a zfs-ng SR on
+host B: two QEMU guests joined by a byte stream (a virtio serial port on
+each, /dev/virtio-ports/zfsng.link, the host's unix socket between them)
+that stands for the network xapi's NBD connection crosses.
+
+  twohost_guest.py destination  host B: receive_start3 (the leaf, its
+                                mirror attach and its Nbd export), says
+                                ready, carries the link to tapdisk's NBD
+                                server until told to finalize, then
+                                receive_finalize3 and the leaf's hash
+  twohost_guest.py source       host A: a VM writing through its tapdev,
+                                send_start over the link (xapi's one-shot
+                                proxy, Data.mirror, Data.stat until
+                                complete), the VM moves, and the
+                                destination's hash must equal the source's
+
+The hand-over goes through /results, relayed by the host: B's ready.json
+becomes A's remote.json, A's finalize B's, B's result.json A's.
+"""
+
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                ".."))
+
+from conftest import DATAPATH_PLUGIN, ROOT, wipe  # noqa: E402
+from plugin_client import Plugin  # noqa: E402
+from test_migrate_out import ZfsNgDestination, migrate_live  # noqa: E402
+from test_tapdisk import nothing_left  # noqa: E402
+
+DISK = "/dev/disk/by-id/virtio-zfsng-d1"    # each host's one disk
+PORT = "/dev/virtio-ports/zfsng.link"
+LINK = "/run/zfsng-link.sock"     # host A's end of the link, for the proxy
+GO = b"\x01"                      # A to B: the proxy has its connection
+RESULTS = "/results"
+WAIT = 1500                       # s: the longest one host waits for the other
+
+
+def put(name, obj):
+    tmp = os.path.join(RESULTS, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.rename(tmp, os.path.join(RESULTS, name))
+
+
+def wait_for(name):
+    path = os.path.join(RESULTS, name)
+    deadline = time.monotonic() + WAIT
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise AssertionError("the other host never wrote %s" % name)
+        time.sleep(1)
+    with open(path) as f:
+        return json.loads(f.read() or "{}")     # the host's touch: empty
+
+
+def carry(port, sock):
+    """Bytes both ways between the port's fd and sock, in daemon threads
+    (a serial port has no end of stream: the caller says when it is over)."""
+    def port_to_sock():
+        try:
+            while True:
+                data = os.read(port, 1 << 16)
+                if not data:
+                    break
+                sock.sendall(data)
+        except OSError:
+            pass
+
+    def sock_to_port():
+        try:
+            while True:
+                data = memoryview(sock.recv(1 << 16))
+                if not data:
+                    break
+                while data:             # a port takes what it has room for
+                    data = data[os.write(port, data):]
+        except OSError:
+            pass
+    ends = [threading.Thread(target=port_to_sock, daemon=True),
+            threading.Thread(target=sock_to_port, daemon=True)]
+    for t in ends:
+        t.start()
+    return ends
+
+
+class Link(object):
+    """Host A's side of the link, as the destination the source sees: a
+    unix socket the proxy connects to, carried over the port once it has
+    its connection; finalize asks host B for the leaf's hash."""
+
+    def __init__(self, export):
+        self.socket, self.export = LINK, export
+        if os.path.exists(LINK):
+            os.unlink(LINK)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(LINK)
+        self.listener.listen(1)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        conn, _ = self.listener.accept()
+        self.listener.close()
+        port = os.open(PORT, os.O_RDWR)
+        os.write(port, GO)
+        carry(port, conn)[1].join()       # until the proxy closes
+
+    def finalize(self):
+        put("finalize", {})
+        return wait_for("result.json")["hash"]
+
+
+def new_sr(plugin, name):
+    wipe([DISK])
+    stored = plugin("SR.create", uuid=str(uuid.uuid4()), name=name,
+                    description="", configuration={"device": DISK})
+    sr = plugin("SR.attach", configuration=stored)
+    plugin("SR.stat", sr=sr)
+    return sr
+
+
+def source(plugin, dp):
+    sr = new_sr(plugin, "srcsr")
+    link = Link(wait_for("remote.json")["export"])
+    migrate_live(dp, plugin, sr, link, [])     # asserts the hashes equal
+    plugin("SR.detach", sr=sr)
+
+
+def destination(plugin, dp):
+    sr = new_sr(plugin, "destsr")
+    leaf = ZfsNgDestination(dp, plugin, sr)     # receive_start3
+    port = os.open(PORT, os.O_RDWR)
+    put("ready.json", {"export": leaf.export})
+    ready, _, _ = select.select([port], [], [], WAIT)
+    assert ready and os.read(port, 1) == GO, "host A never connected"
+    tapdisk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tapdisk.connect(leaf.socket)
+    carry(port, tapdisk)
+    wait_for("finalize")             # the VM has moved: the mirror is over
+    tapdisk.close()
+    put("result.json", {"hash": leaf.finalize()})   # receive_finalize3
+    nothing_left(sr)
+    plugin("SR.detach", sr=sr)
+
+
+def main(role):
+    env = {"ZFSNG_RUN_DIR": "/tmp/zfsng-run"}
+    plugin = Plugin(ROOT, env=env)
+    dp = Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN, env=env)
+    {"source": source, "destination": destination}[role](plugin, dp)
+    print("twohost %s: ok" % role, flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
