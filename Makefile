@@ -170,12 +170,11 @@ lint-py36: $(VPY)
 # not depend on the version run on one of the two, and each crash sweep
 # plays a third of its points on 2.1 and the rest on 2.3).
 GUEST_SPLIT   ?=
-# The bound on one version's suite: 2.1's ran out of 4500 s at 98% in a
-# clean clone's check (session 12, before the failed-mirror tests moved
-# out of check and its share of the crash points went to a third); with
-# the host layers (about 6 min) and the multihost pair (about 4) an
-# overtime suite still fails inside CI's 90 minutes.
-GUEST_TIMEOUT ?= 4700
+# The bound on one version's suite: each took about 3485 s side by side in
+# a clean clone's check (session 13); with the host layers (about 4 min)
+# and the multihost pair (about 6) an overtime suite still fails inside
+# CI's 90 minutes.
+GUEST_TIMEOUT ?= 4300
 test-guest-2.1 test-guest-2.3: test-guest-%:
 	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=$(GUEST_SPLIT)
@@ -232,8 +231,8 @@ guest-install:
 	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON) TEST_HOOKS=1
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
-# faults-quick is out of check for now: check takes about 70 minutes (its
-# guest suites about 60 side by side), and the campaign's 7 more would
+# faults-quick is out of check for now: check takes about 68 minutes (its
+# guest suites about 58 side by side), and the campaign's 7 more would
 # leave too little room under CI's 90. Bringing check under 40 minutes
 # (and the campaign back into it) is still to do.
 check: test-unit test-protocol test-unit-py36 test-protocol-py36 lint-py36 \
