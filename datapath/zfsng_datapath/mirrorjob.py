@@ -133,6 +133,7 @@ class Copy(object):
         self.sink = client  # what the copy writes with: client, then relay
         self.held = []     # range set of what earlier rounds wrote there
         self.writes, self.frees = [], []      # this round's records
+        self.pending_at, self.pending = 0, bytearray()  # records joined
 
     def name(self, held):
         """A new snapshot name, held (lock.reading) until the job ends."""
@@ -159,6 +160,7 @@ class Copy(object):
         self.writes, self.frees = [], []
         zfs.send_replay(base, snap, self._write, self._free,
                         bound=max(600, total // MIN_RATE))
+        self._pass_on()
         self.sink.flush()
         # one stream's records never overlap: merged once per round
         self.held = blockmap.union(
@@ -229,14 +231,30 @@ class Copy(object):
         forwarder.caught_up()
 
     def _write(self, offset, data):
-        self.sink.write(offset, data)
+        """A WRITE record: joined to the pending one when it follows it.
+        zfs send gives one record per block (the volblocksize, 16 KiB by
+        default): sent one NBD request each, a round took 8.9 times as
+        long as a plain copy in 1 MiB requests (BENCHMARKS.md)."""
+        if self.pending and offset == self.pending_at + len(self.pending) \
+                and len(self.pending) + len(data) <= nbd.MAX_REQUEST:
+            self.pending += data
+        else:
+            self._pass_on()
+            self.pending_at, self.pending = offset, bytearray(data)
         if self.writes and self.writes[-1][1] == offset:
             self.writes[-1] = (self.writes[-1][0], offset + len(data))
         else:
             self.writes.append((offset, offset + len(data)))
 
+    def _pass_on(self):
+        """Send the pending records' bytes."""
+        if self.pending:
+            self.sink.write(self.pending_at, bytes(self.pending))
+            self.pending = bytearray()
+
     def _free(self, offset, length):
         """Zeros where an earlier round wrote data; nothing elsewhere."""
+        self._pass_on()
         end = self.size if length is None else min(self.size,
                                                    offset + length)
         for start, stop in _overlap(self.held, offset, end):

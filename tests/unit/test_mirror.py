@@ -13,7 +13,7 @@ import pytest
 from conftest import call
 from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
 from zfsng import collect, errors, lock, meta, runner, zfs
-from zfsng_datapath import mirror, mirrorjob
+from zfsng_datapath import mirror, mirrorjob, nbd
 from zfsng_datapath.errors import NbdError, NotAttached
 
 REMOTE = "nbd+unix:///leaf?socket=/var/run/nbdproxy/export/MIR1a2b3c"
@@ -132,13 +132,43 @@ class Recorder(object):
     """An NBD client that records what it is asked."""
 
     def __init__(self):
-        self.zeroed, self.sent = [], 0
+        self.zeroed, self.sent, self.written = [], 0, []
 
     def zero(self, offset, length):
         self.zeroed.append((offset, offset + length))
 
     def write(self, offset, data):
         self.sent += len(data)
+        self.written.append((offset, bytes(data)))
+
+
+def test_records_that_follow_each_other_go_as_one_request():
+    """zfs send's records are one block each: joined up to an NBD
+    request's size, sent before a zero and at the round's end, the bytes
+    unchanged."""
+    client = Recorder()
+    copy = mirrorjob.Copy({"total": 0}, client, "tank/v", 1 << 40)
+    block = 16 << 10
+    record = lambda n: bytes([n % 251]) * block            # noqa: E731
+    per_request = nbd.MAX_REQUEST // block
+    for n in range(per_request + 2):                       # contiguous
+        copy._write(n * block, record(n))
+    assert [len(d) for _, d in client.written] == [nbd.MAX_REQUEST]
+    copy._write(100 * nbd.MAX_REQUEST, record(7))          # a gap
+    assert [len(d) for _, d in client.written] == [nbd.MAX_REQUEST,
+                                                   2 * block]
+    copy.held = [(0, 1 << 30)]
+    copy._free(200 * nbd.MAX_REQUEST, block)               # passes all on
+    assert [(at, len(d)) for at, d in client.written] == [
+        (0, nbd.MAX_REQUEST), (nbd.MAX_REQUEST, 2 * block),
+        (100 * nbd.MAX_REQUEST, block)]
+    assert b"".join(d for _, d in client.written[:2]) == \
+        b"".join(record(n) for n in range(per_request + 2))
+    assert client.zeroed == [(200 * nbd.MAX_REQUEST,
+                              200 * nbd.MAX_REQUEST + block)]
+    copy._write(0, record(1))
+    copy._pass_on()                                        # a round's end
+    assert client.written[-1] == (0, record(1))
 
 
 def test_zeros_are_sent_only_where_an_earlier_round_wrote():
