@@ -26,7 +26,8 @@ import pytest
 from conftest import sh, wipe
 from datapath_util import DATA, dataset, dd_hash, dd_write, new_vdi, \
     pattern, sha
-from test_tapdisk import Xapi
+from test_sr_lifecycle import attach
+from test_tapdisk import Xapi, zvol
 
 POOL = "cutsr"
 
@@ -38,24 +39,6 @@ def stored(plugin, disks, new_uuid):
                     description="", configuration={"device": disks[0]})
     yield config
     sh("zpool", "destroy", "-f", POOL, check=False)
-
-
-def attach(plugin, config):
-    """SR.attach, then the SR.stat xapi makes before it records it."""
-    sr = plugin("SR.attach", configuration=config)
-    plugin("SR.stat", sr=sr)
-    return sr
-
-
-def vm_on(plugin, dp, sr, vol):
-    """A VM's start and stop for vol, each call made once."""
-    vm = Xapi(dp, plugin, sr, vol)
-    vm.repeat = False
-    return vm
-
-
-def zvol_of(vol):
-    return "/dev/zvol/" + dataset(vol)
 
 
 def copy(source, target):
@@ -73,12 +56,13 @@ def test_a_write_the_guest_flushed_survives_a_power_cut(plugin, dp, disks,
         "always"
     kept, control = new_vdi(plugin, sr), new_vdi(plugin, sr)
     sh("zfs", "set", "sync=standard", dataset(control))   # an admin's choice
-    vm, other = vm_on(plugin, dp, sr, kept), vm_on(plugin, dp, sr, control)
-    tapdev, zvol = vm.start()
+    vm = Xapi(dp, plugin, sr, kept, repeat=False)
+    other = Xapi(dp, plugin, sr, control, repeat=False)
+    tapdev, kept_zvol = vm.start()
     other_tapdev, other_zvol = other.start()
     # a running VM's zvol has its log's first block on disk: a transaction
     # group records it, so it must be made before the freeze
-    for path in (zvol, other_zvol):
+    for path in (kept_zvol, other_zvol):
         assert dd_write(path, pattern(0), offset=2 * DATA) == (0, "")
     sh("zpool", "sync", POOL)
     sh("zpool", "freeze", POOL)
@@ -94,9 +78,8 @@ def test_a_write_the_guest_flushed_survives_a_power_cut(plugin, dp, disks,
     wipe([spare])
     attach(plugin, stored)                     # the import replays the ZIL
     sh("udevadm", "settle")
-    kept_zvol, control_zvol = zvol_of(kept), zvol_of(control)
-    assert dd_hash(control_zvol, offset=DATA) == sha(pattern(3)), \
+    assert dd_hash(zvol(control), offset=DATA) == sha(pattern(3)), \
         "a write made with fsync on the zvol was lost: the rig lost the ZIL"
-    assert dd_hash(control_zvol) == sha(bytes(DATA)), \
+    assert dd_hash(zvol(control)) == sha(bytes(DATA)), \
         "sync=standard kept a guest's write through the cut: nothing was cut"
-    assert dd_hash(kept_zvol) == sha(pattern(1))
+    assert dd_hash(zvol(kept)) == sha(pattern(1))

@@ -34,23 +34,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 
 from conftest import DATAPATH_PLUGIN, ROOT, wipe  # noqa: E402
+from multihost_guest import RESULTS, put  # noqa: E402
 from plugin_client import Plugin  # noqa: E402
 from test_migrate_out import ZfsNgDestination, migrate_live  # noqa: E402
+from test_sr_lifecycle import attach  # noqa: E402
 from test_tapdisk import nothing_left  # noqa: E402
 
 DISK = "/dev/disk/by-id/virtio-zfsng-d1"    # each host's one disk
 PORT = "/dev/virtio-ports/zfsng.link"
 LINK = "/run/zfsng-link.sock"     # host A's end of the link, for the proxy
 GO = b"\x01"                      # A to B: the proxy has its connection
-RESULTS = "/results"
 WAIT = 1500                       # s: the longest one host waits for the other
-
-
-def put(name, obj):
-    tmp = os.path.join(RESULTS, name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.rename(tmp, os.path.join(RESULTS, name))
 
 
 def wait_for(name):
@@ -124,9 +118,7 @@ def new_sr(plugin, name):
     wipe([DISK])
     stored = plugin("SR.create", uuid=str(uuid.uuid4()), name=name,
                     description="", configuration={"device": DISK})
-    sr = plugin("SR.attach", configuration=stored)
-    plugin("SR.stat", sr=sr)
-    return sr
+    return attach(plugin, stored)
 
 
 def source(plugin, dp):
