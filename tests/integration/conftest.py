@@ -9,6 +9,7 @@ wiped by the ``disks`` fixture, whatever the test did.
 import glob
 import hashlib
 import io
+import json
 import mmap
 import os
 import re
@@ -203,6 +204,36 @@ def played(points):
     return [p for i, p in enumerate(points, 1) if plays(i)]
 
 
+# The commands that change a pool, a dataset or a disk: a call killed
+# right after a command that only reads leaves what the kill after the
+# change before it left, so a sweep on real ZFS plays only the points
+# after these (the unit tests kill every call after every command).
+CHANGES = (["zpool", "create"], ["zpool", "destroy"], ["zpool", "import"],
+           ["zpool", "export"], ["zpool", "labelclear"], ["zfs", "set"],
+           ["zfs", "inherit"], ["zfs", "create"], ["zfs", "snapshot"],
+           ["zfs", "clone"], ["zfs", "destroy"], ["zfs", "rename"],
+           ["zfs", "promote"], ["wipefs", "-a"])
+
+
+def traced_points(plugin, method, tmp_path, **args):
+    """Run method with ZFSNG_TRACE; return where to kill a later run of it
+    (ZFSNG_CRASH_AFTER): right after each command that changes something
+    (CHANGES), and right before the first (as from the start). Counted
+    from 1. Also returns every command's argv, in order."""
+    trace = str(tmp_path / ("trace-%s.jsonl" % method))
+    if os.path.exists(trace):
+        os.unlink(trace)
+    traced = plugin.__class__(plugin.root, env=dict(plugin.env,
+                                                    ZFSNG_TRACE=trace))
+    traced(method, **args)
+    with open(trace) as f:
+        argvs = [json.loads(line)["argv"] for line in f]
+    changes = [i + 1 for i, argv in enumerate(argvs)
+               if [p for p in CHANGES if argv[:len(p)] == p]]
+    assert changes, argvs
+    return [changes[0] - 1] + changes, argvs
+
+
 # make check runs on both versions what reads what zfs, zpool or zdb print
 # and what meets a behaviour that differs between them, and the rest once
 # (half of it on 2.1, half on 2.3). On both (BOTH_VERSIONS): the fakes'
@@ -355,4 +386,4 @@ def sr(plugin, disks, new_uuid):
 
 
 __all__ = ["PluginError", "sh", "disk_state", "pools_on", "leaves", "all_disks", "wipe",
-           "plays", "played"]
+           "plays", "played", "traced_points"]

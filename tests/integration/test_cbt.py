@@ -27,6 +27,9 @@ from plugin_client import marked_blocks
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 G = 64 * KiB
+DISK = 16 * MiB    # 256 blocks: big enough for every case below, small
+                   # enough that the full reads stay cheap under emulation
+DATA = 4 * MiB     # what the first backup finds written
 
 
 @pytest.fixture
@@ -124,35 +127,35 @@ def guest_round(plugin, sr, vol, rnd, n):
     ds = dataset_of(vol)
     size = plugin("Volume.stat", sr=sr, key=vol["key"])["virtual_size"]
     if n == ROUNDS - 1:
-        plugin("Volume.resize", sr=sr, key=vol["key"], new_size=size + 32 * MiB)
+        plugin("Volume.resize", sr=sr, key=vol["key"], new_size=size + 8 * MiB)
         sh("udevadm", "settle")
-        write(ds, size + 5 * MiB + 3, os.urandom(100 * KiB))
-        size += 32 * MiB
+        write(ds, size + 3 * MiB + 3, os.urandom(100 * KiB))
+        size += 8 * MiB
     for _ in range(6):
         at = rnd.randrange(0, size - 200 * KiB)
         write(ds, at, os.urandom(rnd.randrange(1, 150 * KiB)))
-    write(ds, rnd.randrange(0, 8 * MiB // G) * G - 4 * KiB + 8 * KiB,
+    write(ds, rnd.randrange(0, DATA // G) * G - 4 * KiB + 8 * KiB,
           b"\0" * (70 * KiB))                      # zeros over data
-    discard(ds, rnd.randrange(0, 8 * MiB // G) * G, 128 * KiB)
-    write(ds, 48 * MiB + n * 2 * MiB, os.urandom(16 * KiB))  # fresh space
+    discard(ds, rnd.randrange(0, DATA // G) * G, 128 * KiB)
+    write(ds, 10 * MiB + n * MiB, os.urandom(16 * KiB))  # fresh space
 
 
 def test_incremental_backups_read_only_the_changed_blocks(plugin, dp, sr,
                                                            tmp_path):
     rnd = random.Random(14)
     vol = plugin("Volume.create", sr=sr, name="vm disk", description="",
-                 size=64 * MiB, sharable=False)
+                 size=DISK, sharable=False)
     key = vol["key"]
     plugin("Volume.enable_cbt", sr=sr, key=key)
     assert plugin("Volume.stat", sr=sr, key=key)["cbt_enabled"] is True
     ds = dataset_of(vol)
-    write(ds, 0, os.urandom(8 * MiB))
-    write(ds, 63 * MiB, os.urandom(MiB))          # a GPT backup at the end
+    write(ds, 0, os.urandom(DATA))
+    write(ds, DISK - MiB, os.urandom(MiB))        # a GPT backup at the end
     prev = plugin("Volume.snapshot", sr=sr, key=key)
     assert prev["cbt_enabled"] is True
     copy = str(tmp_path / "backup.raw")
     read, whole = backup_over_nbd(dp, prev, "all", copy)
-    assert read == 64 * MiB
+    assert read == DISK
     backup = file_bytes(copy)                     # the full backup
     assert sha(backup) == sha(whole)
     first, first_content = prev, backup

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import (PluginError, all_disks, disk_state, leaves, pools_on,
-                      played, sh, wipe)
+                      played, sh, traced_points, wipe)
 
 GiB = 1 << 30
 
@@ -382,28 +382,6 @@ def test_destroy_refuses_data_zfsng_did_not_make(plugin, disks, new_uuid):
     sh("zfs", "destroy", "own@before")
     plugin("SR.destroy", sr=sr)
     assert_blank(disks[:1])
-
-
-CHANGES = (["zpool", "create"], ["zpool", "destroy"], ["zpool", "import"],
-           ["zpool", "export"], ["zpool", "labelclear"], ["zfs", "set"],
-           ["zfs", "inherit"], ["wipefs", "-a"])
-
-
-def traced_points(plugin, method, tmp_path, **args):
-    """Run method with ZFSNG_TRACE; return where to kill a later run of it:
-    right after each command that changes something (a kill after a
-    command that only reads leaves the state of the change before it),
-    and right before the first (as from the start). Counted from 1."""
-    trace = str(tmp_path / ("trace-%s.jsonl" % method))
-    traced = plugin.__class__(plugin.root, env=dict(plugin.env,
-                                                    ZFSNG_TRACE=trace))
-    traced(method, **args)
-    with open(trace) as f:
-        argvs = [json.loads(line)["argv"] for line in f]
-    changes = [i + 1 for i, argv in enumerate(argvs)
-               if [p for p in CHANGES if argv[:len(p)] == p]]
-    assert changes, argvs
-    return [changes[0] - 1] + changes, argvs
 
 
 def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,

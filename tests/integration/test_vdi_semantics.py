@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import xapi_flows as xapi
-from conftest import PluginError, one_disk_sr, plays, sh
+from conftest import PluginError, one_disk_sr, played, sh, traced_points
 
 MiB = 1 << 20
 
@@ -232,36 +232,46 @@ def _crash_setup(plugin, sr, op):
     return made
 
 
-@pytest.mark.parametrize("op", sorted(CRASH_OPS))
-def test_crash_at_every_command_is_repaired(plugin, sr, op):
-    """Kill the call after its n-th command, for every n this run plays
-    (conftest.plays); the next calls (xapi attaching the SR again, the
-    next destroy) leave a consistent SR: every other VDI there with its
-    keys, no internal snapshot or hidden parent left, and nothing at all
-    once everything is destroyed."""
+def _crash_args(sr, op, made):
     method, target, _ = CRASH_OPS[op]
-    expected, crashes = {}, 0
-    for n in range(1, 16):
-        if not plays(n):
-            continue
+    args = {"sr": sr, "key": made[target]}
+    if op == "resize":
+        args["new_size"] = 16 * MiB
+    return method, args
+
+
+def _kept(op, made):
+    """The keys every VDI op leaves in place must still have."""
+    target = CRASH_OPS[op][1]
+    return dict((key, {"keep": "me", "vdi-type": "user"} if name == "base"
+                 else {})
+                for name, key in made.items()
+                if name != target or not op.startswith("destroy"))
+
+
+@pytest.mark.parametrize("op", sorted(CRASH_OPS))
+def test_crash_at_every_command_is_repaired(plugin, sr, op, tmp_path):
+    """Kill the call right after each command that changes ZFS (and right
+    before the first; this run's share of them, conftest.plays and
+    traced_points); the next calls (xapi attaching the SR again, the next
+    destroy) leave a consistent SR: every other VDI there with its keys,
+    no internal snapshot or hidden parent left, and nothing at all once
+    everything is destroyed. (The unit tests kill it after every single
+    command, on the fake.)"""
+    made = _crash_setup(plugin, sr, op)
+    method, args = _crash_args(sr, op, made)
+    points, _ = traced_points(plugin, method, tmp_path, **args)
+    expected = _kept(op, made)
+    for n in played(points):
         made = _crash_setup(plugin, sr, op)
-        args = {"dbg": "crash", "sr": sr, "key": made[target]}
-        if op == "resize":
-            args["new_size"] = 16 * MiB
+        method, args = _crash_args(sr, op, made)
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
-        rc, out, _ = crashing.raw(method, args)
-        for name, key in made.items():
-            if name != target or not op.startswith("destroy"):
-                expected[key] = ({"keep": "me", "vdi-type": "user"}
-                                 if name == "base" else {})
-        if rc == 0:
-            break  # the call needs fewer than n commands: all points done
+        rc, out, _ = crashing.raw(method, dict(args, dbg="crash"))
         assert rc == 137, (n, rc, out)
-        crashes += 1
+        expected.update(_kept(op, made))
         plugin("SR.attach", configuration=attach_config(sr))
         _consistent(plugin, sr, expected)
-    assert crashes >= 1
     for key in [v["key"] for v in plugin("SR.ls", sr=sr)]:
         plugin("Volume.destroy", sr=sr, key=key)
     assert zfs_names(sr) == [sr]

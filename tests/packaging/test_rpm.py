@@ -102,16 +102,21 @@ def query(rpm, *args):
     return run(["rpm", "-qp"] + list(args) + [rpm])
 
 
+# Quiet even under a parallel make (make check's host layers), whose
+# MAKEFLAGS would otherwise add "Entering directory" lines to the output.
+MAKE = ["make", "-s", "--no-print-directory", "-C", TOP]
+
+
 @pytest.fixture(scope="module")
 def version():
-    return run(["make", "-s", "-C", TOP, "version"]).strip()
+    return run(MAKE + ["version"]).strip()
 
 
 @pytest.fixture(scope="module")
 def rpm(version):
     path = os.environ.get("ZFSNG_RPM")
     if not path:
-        run(["make", "-s", "-C", TOP, "rpm"])
+        run(MAKE + ["rpm"])
         path = os.path.join(TOP, "build/rpm/RPMS/noarch",
                             "zfs-ng-%s-1.noarch.rpm" % version)
     assert os.path.isfile(path), path
@@ -133,7 +138,7 @@ def files(rpm):
 def installed(tmp_path_factory):
     """Every path `make install` installs (DESTDIR-relative)."""
     dest = str(tmp_path_factory.mktemp("install"))
-    run(["make", "-s", "-C", TOP, "install", "DESTDIR=" + dest])
+    run(MAKE + ["install", "DESTDIR=" + dest])
     paths = set()
     for dirpath, dirnames, filenames in os.walk(dest):
         for name in dirnames + filenames:
