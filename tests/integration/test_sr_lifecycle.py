@@ -421,10 +421,11 @@ def test_destroy_killed_anywhere_is_finished_by_the_retry(plugin, disks,
 
 def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
                                                        new_uuid, tmp_path):
-    """Kill SR.create before and after zpool create; xapi forgets the SR
-    and the admin's retry comes with a new uuid on the same disk: it
-    succeeds, and the SR works. (The unit tests kill it after every single
-    command, on the fake.)"""
+    """Kill SR.create before and after zpool create (this run's share of
+    those points, conftest.plays); xapi forgets the SR and the admin's
+    retry comes with a new uuid on the same disk: it succeeds, and the SR
+    works. (The unit tests kill it after every single command, on the
+    fake.)"""
     config = {"device": disks[0]}
     points, argvs = traced_points(plugin, "SR.create", tmp_path,
                                   uuid=new_uuid(), configuration=config,
@@ -432,7 +433,7 @@ def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
     assert [argvs[n - 1][:2] for n in points[1:]] == [["zpool", "create"]]
     # the traced create's pool, never attached, is taken over by the
     # first retry; each round ends with the disk blank
-    for n in points:
+    for n in played(points):
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
         rc, out, _ = crashing.raw("SR.create", {
