@@ -241,7 +241,8 @@ def _crash_args(sr, op, made):
 
 
 def _kept(op, made):
-    """The keys every VDI op leaves in place must still have."""
+    """{key: its keys} of the VDIs in made that op leaves in place: they
+    must still be listed with those keys after any crash."""
     target = CRASH_OPS[op][1]
     return dict((key, {"keep": "me", "vdi-type": "user"} if name == "base"
                  else {})
