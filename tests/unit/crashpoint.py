@@ -28,10 +28,10 @@ class CrashAfter(object):
     def __init__(self, host, n):
         self.host, self.n, self.count, self.dead = host, n, 0, False
 
-    def __call__(self, argv, stdin_text=None):
+    def __call__(self, argv, stdin_text=None, **bound):
         if self.dead:       # a dead process runs nothing more
             raise Killed("command after the crash: %r" % (argv,))
-        result = self.host(argv, stdin_text)
+        result = self.host(argv, stdin_text, **bound)
         self._after(argv)
         return result
 
@@ -58,10 +58,10 @@ class CrashAfterCommand(CrashAfter):
         CrashAfter.__init__(self, host, None)
         self.prefix = list(prefix)
 
-    def __call__(self, argv, stdin_text=None):
+    def __call__(self, argv, stdin_text=None, **bound):
         if self.dead:
             raise Killed("command after the crash: %r" % (argv,))
-        result = self.host(argv, stdin_text)
+        result = self.host(argv, stdin_text, **bound)
         self._after(argv)
         return result
 
@@ -81,10 +81,10 @@ class CutInside(CrashAfterCommand):
         CrashAfterCommand.__init__(self, host, prefix)
         self.fake, self.keep = fake, keep
 
-    def __call__(self, argv, stdin_text=None):
+    def __call__(self, argv, stdin_text=None, **bound):
         if not self.dead and argv[:len(self.prefix)] == self.prefix:
             self.fake.cut_next(self.keep)
-        return CrashAfterCommand.__call__(self, argv, stdin_text)
+        return CrashAfterCommand.__call__(self, argv, stdin_text, **bound)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,10 @@ What it frees (the kinds are ``meta``'s):
   returned, of a reset's rotation, or a datapath clone without its mark),
   and a zvol whose Volume.create never returned
   (``meta.is_unfinished_create``);
+- a Volume.compose cut after its parent took the leaf's uuid
+  (``meta.is_composing``): the leaf's zvol is destroyed and the parent
+  gets its name (``finish_compose``), and the mark left on a finished one
+  goes; a migration's mirror sink once its leaf is gone;
 - what a Volume.create, snapshot or clone that reported failure made
   anyway (a command the runner gave up on finished in the kernel), once
   no command on it runs (``free_abandoned``: ``abandoned`` has the
@@ -36,11 +40,18 @@ ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 
 
 def garbage(rows):
-    """[(action, dataset)] that collect should do now: "destroy" or
-    "defer" (``zfs destroy -d``)."""
+    """[(action, dataset)] that collect should do now: "destroy",
+    "defer" (``zfs destroy -d``), "compose" (``finish_compose``) or
+    "unmark" (the COMPOSE_INTO of a finished compose)."""
     actions = []
     for row in rows:
-        if meta.is_hidden(row) and \
+        if meta.is_composing(row):
+            actions.append(("compose", row["name"]))
+        elif _composed(row):
+            actions.append(("unmark", row["name"]))
+        elif meta.is_sink(row) and _sink_orphan(row, rows):
+            actions.append(("destroy", row["name"]))
+        elif meta.is_hidden(row) and \
                 not meta.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
         elif meta.is_unmarked_clone(row) or meta.is_unfinished_create(row):
@@ -56,7 +67,8 @@ def garbage(rows):
 def needed(rows):
     """Whether the SR holds anything collect may have to free."""
     return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
-               meta.is_unfinished_create(r) or
+               meta.is_unfinished_create(r) or meta.is_composing(r) or
+               _composed(r) or meta.is_sink(r) or
                (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)
 
@@ -73,14 +85,52 @@ def collect(sr, rows=None):
             return
         for action, name in actions:
             log.info("collect: %s %s", action, name)
-            try:
-                zfs.destroy(name, recursive=(action == "destroy" and
-                                             "@" not in name),
-                            defer=(action == "defer"))
-            except errors.DatasetNotFound:
-                pass  # freed by ZFS itself (deferred) meanwhile
+            _act(action, name, rows)
         rows = None
     log.warning("collect: still work left after %d rounds", ROUNDS)
+
+
+def _act(action, name, rows):
+    if action == "compose":
+        finish_compose([r for r in rows if r["name"] == name][0], rows)
+    elif action == "unmark":
+        zfs.inherit(name, meta.COMPOSE_INTO)
+    else:
+        _destroy(name, recursive=(action == "destroy" and "@" not in name),
+                 defer=(action == "defer"))
+
+
+def _composed(row):
+    """A compose's parent that has the leaf's name: only the mark left."""
+    return row["type"] == "volume" and bool(row.get(meta.COMPOSE_INTO)) \
+        and row[meta.COMPOSE_INTO] == meta.object_uuid(row["name"])
+
+
+def _sink_orphan(row, rows):
+    """A mirror sink whose leaf VDI is gone (destroyed, or a compose's
+    parent about to take its name)."""
+    leaf = meta.object_uuid(row["name"])[:-len(meta.SINK_SUFFIX)]
+    sr = row["name"].rsplit("/", 1)[0]
+    return not any(r["name"] == meta.vdi_dataset(sr, leaf) or
+                   (meta.is_composing(r) and r[meta.COMPOSE_INTO] == leaf)
+                   for r in rows)
+
+
+def finish_compose(row, rows):
+    """The last steps of Volume.compose, from the composed parent row:
+    destroy the leaf's zvol with its snapshots (the dummy) and its mirror
+    sink (the writes are on the parent now), give the parent the leaf's
+    name, drop the mark. Each step is one command; a crash between two
+    leaves a state this finishes again."""
+    leaf = meta.composed_leaf(row)
+    sink = meta.sink_name(leaf.rsplit("/", 1)[0], row[meta.COMPOSE_INTO])
+    for name in (leaf, sink):
+        if any(r["name"] == name for r in rows):
+            log.info("compose: destroying %s, now on %s", name, row["name"])
+            _destroy(name, recursive=True)
+    log.info("compose: %s becomes %s", row["name"], leaf)
+    zfs.rename(row["name"], leaf)
+    zfs.inherit(leaf, meta.COMPOSE_INTO)
 
 
 def free_abandoned(sr):
@@ -125,11 +175,11 @@ def _free_recorded(sr, rows=None):
     return freed
 
 
-def _destroy(name, recursive):
+def _destroy(name, recursive, defer=False):
     try:
-        zfs.destroy(name, recursive=recursive)
+        zfs.destroy(name, recursive=recursive, defer=defer)
     except errors.DatasetNotFound:
-        pass
+        pass  # gone already (a deferred one, freed by ZFS meanwhile)
 
 
 def sweep_clones(sr, in_use, freed=False):

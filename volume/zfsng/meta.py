@@ -44,6 +44,15 @@ Kinds (see the functions of the same names below)
                  CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
+  mirror sink    ``<sr>/<leaf uuid>.in``, MIRROR_SINK: the zvol a storage
+                 migration's mirror writes the leaf's data into, one
+                 512-byte block per sector (``is_sink``); freed with its
+                 leaf. ``<sink>@zfsng-compose``: what Volume.compose reads
+                 its block births from (``is_internal``)
+  composed       a parent zvol Volume.compose made whole: it carries the
+                 leaf's uuid (vdi and COMPOSE_INTO, set in one command)
+                 and is that VDI once the leaf's zvol is gone, until it
+                 has the leaf's name (``is_composing``)
   unfinished     a zvol a power cut left without its properties or its
                  final name: ``<sr>/<uuid>.new`` (Volume.create,
                  data_destroy), a clone ``<sr>/<uuid>`` or
@@ -117,12 +126,26 @@ CBT_SNAPSHOT = "zfsng-cbt-"
 # A storage migration's copy rounds snapshot the live disk, <vol>@<this>
 # <uuid>, held (lock.reading) by the mirror job until it destroys them.
 MIRROR_SNAPSHOT = "zfsng-sxm-"
+# A storage migration into zfs-ng: the source's mirror writes the leaf
+# VDI's new data into <sr>/<leaf uuid><SINK_SUFFIX>, a zvol of SECTOR-byte
+# blocks without compression, whose MIRROR_SINK is the leaf's uuid: every
+# sector written is one block whose birth ZFS records, zeros included,
+# the granularity Volume.compose needs (zfsng_volume/compose.py). Compose
+# reads its block births from <sink>@<COMPOSE_SNAPSHOT>; the parent, once
+# the writes are on it, carries the leaf's uuid in COMPOSE_INTO (and in
+# VDI_UUID) until it has the leaf's name (is_composing).
+SINK_SUFFIX = ".in"
+MIRROR_SINK = prop("mirror-sink")
+SECTOR = 512
+COMPOSE_SNAPSHOT = "zfsng-compose"
+COMPOSE_INTO = prop("compose-into")
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "usedrefreserv", "refreservation", "volblocksize",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
-                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE]
+                  VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE,
+                  COMPOSE_INTO, MIRROR_SINK]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -203,7 +226,8 @@ def is_internal(row):
     the changes of a live VDI, or to copy it in a migration."""
     return is_snapshot(row) and \
         object_uuid(row["name"]).startswith((INTERNAL_SNAPSHOT,
-                                             CBT_SNAPSHOT, MIRROR_SNAPSHOT))
+                                             CBT_SNAPSHOT, MIRROR_SNAPSHOT,
+                                             COMPOSE_SNAPSHOT))
 
 
 def is_data_destroyed(row):
@@ -255,15 +279,46 @@ def is_stand_in(row, present):
                              named.get("origin") == reset_point(row["name"]))
 
 
+def is_composing(row):
+    """A parent zvol that Volume.compose made whole and gave the leaf's
+    uuid and labels (one ``zfs set``, with COMPOSE_INTO), still under its
+    own name: it is the leaf's VDI once the leaf's zvol is gone (compose
+    destroys it, then renames this one to its name). The collector
+    finishes what a crash left between those commands."""
+    into = row.get(COMPOSE_INTO) or ""
+    return row["type"] == "volume" and names.is_uuid(into) and \
+        row.get(VDI_UUID) == into and object_uuid(row["name"]) != into
+
+
+def is_sink(row):
+    """A migration's mirror sink: <sr>/<leaf uuid>.in marked with that
+    uuid (an admin's zvol by such a name is not one)."""
+    last = row["name"].rsplit("/", 1)[-1]
+    uuid = last[:-len(SINK_SUFFIX)]
+    return row["type"] == "volume" and last.endswith(SINK_SUFFIX) and \
+        names.is_uuid(uuid) and row.get(MIRROR_SINK) == uuid
+
+
+def sink_name(sr, leaf_uuid):
+    return vdi_dataset(sr, leaf_uuid) + SINK_SUFFIX
+
+
+def composed_leaf(row):
+    """The leaf zvol a composing parent takes the place of."""
+    return vdi_dataset(row["name"].rsplit("/", 1)[0], row[COMPOSE_INTO])
+
+
 def vdi_rows(rows):
-    """The rows of rows that are VDIs (stand-ins included). A
-    data-destroyed VDI's zvol is one once its snapshot is not: between
-    the two commands of data_destroy, the snapshot is the VDI."""
+    """The rows of rows that are VDIs (stand-ins and composed parents
+    included). A data-destroyed VDI's zvol is one once its snapshot is
+    not: between the two commands of data_destroy, the snapshot is the
+    VDI."""
     present = dict((r["name"], r) for r in rows)
     snapshots = set(r["name"] for r in rows if is_snapshot(r) and is_vdi(r))
     return [r for r in rows if (is_vdi(r) and not (
         is_data_destroyed(r) and bookmarked_snapshot(r) in snapshots))
-        or is_stand_in(r, present)]
+        or is_stand_in(r, present) or
+        (is_composing(r) and composed_leaf(r) not in present)]
 
 
 def uri_dataset(row):
@@ -365,7 +420,8 @@ def made_by_zfsng(row, sr):
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
-        if is_unmarked_clone(row) or is_unfinished_create(row):
+        if is_unmarked_clone(row) or is_unfinished_create(row) or \
+                is_sink(row):
             return True
         return last.endswith(CLONE_SUFFIX) and \
             names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
@@ -391,6 +447,11 @@ CREATE_SUFFIX = ".new"
 def internal_snapshot(zvol, clone_uuid):
     """The snapshot zfs-ng takes of a live zvol to clone it."""
     return "%s@%s%s" % (zvol, INTERNAL_SNAPSHOT, clone_uuid)
+
+
+def compose_snapshot(sink):
+    """The snapshot of a mirror sink Volume.compose reads births from."""
+    return "%s@%s" % (sink, COMPOSE_SNAPSHOT)
 
 
 def reset_point(zvol):
@@ -423,6 +484,7 @@ def longest_name(sr):
     return max([vdi, creating_name(sr, _SAMPLE_UUID),
                 clone_name(sr, _SAMPLE_UUID), snapshot, bookmark(snapshot),
                 internal_snapshot(vdi, _SAMPLE_UUID), reset_point(vdi),
+                compose_snapshot(sink_name(sr, _SAMPLE_UUID)),
                 "%s@%s%s" % (vdi, CBT_SNAPSHOT, _SAMPLE_UUID)], key=len)
 
 

@@ -97,8 +97,8 @@ class SubprocessRunner(object):
         self.crash_after = int(testhooks.get("ZFSNG_CRASH_AFTER", "0"))
         self.trace = testhooks.get("ZFSNG_TRACE")
 
-    def __call__(self, argv, stdin_text=None):
-        bound = _bound(argv)
+    def __call__(self, argv, stdin_text=None, bound=None):
+        bound = _bound(argv, bound)   # own bound: see run()
         start = time.monotonic()
         proc = subprocess.Popen(
             _argv_bytes(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -304,14 +304,17 @@ def set_runner(runner):
     return old
 
 
-def run(argv, stdin_text=None):
-    """Run argv (a list of str) and return its Result. Never raises on rc."""
+def run(argv, stdin_text=None, bound=None):
+    """Run argv (a list of str) and return its Result. Never raises on rc.
+    bound: the command's own, in seconds, when its work grows with the
+    data (``allow``)."""
     if not isinstance(argv, (list, tuple)) or not all(
             isinstance(a, str) for a in argv):
         raise TypeError("argv must be a list of str: %r" % (argv,))
     start = time.monotonic()
     try:
-        result = _runner(list(argv), stdin_text)
+        result = _runner(list(argv), stdin_text,
+                         **({} if bound is None else {"bound": bound}))
     except OSError as exc:
         result = Result(list(argv), 127, "", "%s: %s" % (argv[0], exc))
     # SMlog gets every command with its exit code and time: where a slow
@@ -340,6 +343,19 @@ def stream(argv, consume, bound=None):
               time.monotonic() - start,
               " stderr=%s" % result.err.strip() if result.rc else "")
     return result, value
+
+
+def allow(rate, work, after=60.0):
+    """The bound of a command that must do work at rate at least (units a
+    second), and the call's deadline raised to hold it and after seconds
+    more for what follows: xapi waits for a plugin without limit, and a
+    large disk's work must not fail at the default deadline."""
+    bound = DEFAULT_TIMEOUT + float(work) / rate
+    left = remaining()
+    if left is not None and left < bound + after:
+        start_call(bound + after)
+    return bound
+
 
 def run_retried(argv, transient, attempts, delay, backoff=1.0,
                 stdin_text=None):

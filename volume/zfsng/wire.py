@@ -264,10 +264,10 @@ SERVED = {
 }
 
 # Served (installed) but deliberately without an implementation: they answer
-# the typed Unimplemented error (README: compare, compose, revert).
+# the typed Unimplemented error (README: compare, revert).
 # Listed so that a unit test can tell these from a forgotten handler.
 UNIMPLEMENTED = frozenset([
-    "Volume.compare", "Volume.compose", "Volume.revert",
+    "Volume.compare", "Volume.revert",
 ])
 
 # (package, method) -> the function that implements it; filled at import.

@@ -42,18 +42,20 @@ def _zdb_argv(dataset):
     return argv
 
 
-def born_since(txg, snapshot, block, bound):
+def born_since(txg, snapshot, block, bound, holes=False):
     """(born, data): the range sets of the snapshot's data blocks born
     after txg, and of all of them, from the birth times of its block
     pointers (``zdb -ddddd <snapshot> 1``, blockbirth): metadata only,
     read as it comes, within bound seconds. The snapshot must be on disk:
     zdb reads the pool from its disks, as the last synced txg left it
-    (``zfs snapshot`` returns once its txg synced)."""
+    (``zfs snapshot`` returns once its txg synced). holes: born also
+    holds the holes born after txg (blockbirth.parse)."""
     if snapshot.startswith("-") or "@" not in snapshot:
         raise errors.InternalError("not a snapshot name: %r" % snapshot)
     argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]
     result, found = runner.stream(
-        argv, lambda read: blockbirth.parse(read, txg, block), bound=bound)
+        argv, lambda read: blockbirth.parse(read, txg, block, holes),
+        bound=bound)
     if result.rc != 0:
         raise errors.ZfsError("zdb could not read the block tree of %s "
                               "(exit %d): %s" % (

@@ -251,13 +251,7 @@ def _pointers(snapshot, size, block):
 
 
 def _allow(rate, work):
-    """The bound of a command that must do work at rate at least, and the
-    call's deadline raised to hold it."""
-    bound = runner.DEFAULT_TIMEOUT + float(work) / rate
-    left = runner.remaining()
-    if left is not None and left < bound + AFTER_READ:
-        runner.start_call(bound + AFTER_READ)
-    return bound
+    return runner.allow(rate, work, AFTER_READ)
 
 
 def _txg_in_history(source, snapshot):

@@ -5,7 +5,8 @@ import sys
 
 # Imported for their @wire.method registrations: the volume plugin's table.
 from zfsng import wire
-from zfsng_volume import cbt, labels, plugin, probe, sr, volume  # noqa: F401
+from zfsng_volume import cbt, compose, labels, plugin  # noqa: F401
+from zfsng_volume import probe, sr, volume  # noqa: F401
 
 
 def handlers():

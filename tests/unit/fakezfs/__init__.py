@@ -111,6 +111,7 @@ class FakeZfs(ZpoolCommands, ZfsCommands, Disks, Streams, Accounting):
         # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).
         self.user_value_cap = None
         self._sending = None        # zfs send's stream while it runs
+        self.stdin = None           # the last command's stdin
         # A power cut inside the next zfs create or zfs clone (cut_next).
         self.cut_props = None
 
@@ -126,8 +127,9 @@ class FakeZfs(ZpoolCommands, ZfsCommands, Disks, Streams, Accounting):
 
     # --- the runner interface ------------------------------------------------
 
-    def __call__(self, argv, stdin_text=None):
+    def __call__(self, argv, stdin_text=None, bound=None):
         self.calls.append(list(argv))
+        self.stdin = stdin_text     # what the command reads (rangecopy)
         return self._run(list(argv))
 
     def admin(self, command):
@@ -167,6 +169,8 @@ class FakeZfs(ZpoolCommands, ZfsCommands, Disks, Streams, Accounting):
             return getattr(self, "_%s_%s" % (prog, argv[1]), None)
         if prog in ("lsblk", "blkid", "wipefs"):
             return getattr(self, "_" + prog)
+        if argv[1:3] == ["-m", "zfsng.rangecopy"]:
+            return self._rangecopy
         return None
 
     def _getopt(self, argv, start, spec):

@@ -10,6 +10,7 @@ know). It imports no other room.
 """
 
 import re
+import sys
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -17,8 +18,11 @@ GiB = 1024 * MiB
 TiB = 1024 * GiB
 
 ZFS_VERSION = "zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n"
-PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm", "zdb")
+# sys.executable: ``python3 -m zfsng.rangecopy``, which writes a zvol.
+PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm", "zdb",
+            sys.executable)
 MUTATING = {
+    (sys.executable, "-m"),
     ("zpool", "create"), ("zpool", "import"), ("zpool", "export"),
     ("zpool", "destroy"), ("zpool", "labelclear"), ("zfs", "create"),
     ("zfs", "set"), ("zfs", "inherit"), ("zfs", "destroy"),

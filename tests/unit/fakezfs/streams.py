@@ -8,6 +8,7 @@ runner's ``stream``, and ``zdb`` (``-l`` labels, ``-dddd`` and
 (``_record``, ``_free``) and ``_Reader``, the pipe a stream is read from.
 """
 
+import json
 import os
 import struct
 
@@ -73,6 +74,48 @@ class Streams(object):
             elif data:
                 ds.blocks[blkid] = (pool.txg, True)
         ds.dnode_txg = pool.txg
+
+    def _rangecopy(self, argv):
+        """``python3 -m zfsng.rangecopy -- <source> <target>``, the ranges
+        as JSON on stdin: every block of target the ranges touch is
+        rewritten in one txg. It holds data if it did and was not wholly
+        covered, or if source has data in the covered part; else it is a
+        hole born now where target had a block (a zero write over
+        compression), nothing where it had none."""
+        if len(argv) != 6 or argv[3] != "--":
+            raise _Unknown()
+        pool, src = self._zvol(argv[4])
+        _, dst = self._zvol(argv[5])
+        ranges = json.loads(self.stdin)
+        pool.txg += 1
+        touched = {}
+        for offset, end in ranges:
+            for blkid in range(offset // dst.volblocksize,
+                               (end - 1) // dst.volblocksize + 1):
+                start = blkid * dst.volblocksize
+                lo, hi = max(offset, start), min(end, start +
+                                                 dst.volblocksize)
+                cover, data = touched.get(blkid, (0, False))
+                touched[blkid] = (cover + hi - lo,
+                                  data or self._has_data(src, lo, hi))
+        for blkid, (cover, data) in touched.items():
+            old = dst.blocks.get(blkid)
+            data = data or (cover < dst.volblocksize and old and old[1])
+            if data:
+                dst.refer += 0 if old and old[1] else dst.volblocksize
+                dst.blocks[blkid] = (pool.txg, True)
+                dst.maxblkid = max(dst.maxblkid, blkid)
+            elif old is not None:
+                dst.refer -= dst.volblocksize if old[1] else 0
+                dst.blocks[blkid] = (pool.txg, False)
+        dst.dnode_txg = pool.txg
+        return "%d\n" % sum(e - o for o, e in ranges)
+
+    @staticmethod
+    def _has_data(ds, lo, hi):
+        return any(ds.blocks.get(b, (0, False))[1] for b in
+                   range(lo // ds.volblocksize,
+                         (hi - 1) // ds.volblocksize + 1))
 
     def _zvol(self, name):
         pool, ds = self._lookup(name)

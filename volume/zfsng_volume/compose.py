@@ -1,0 +1,157 @@
+"""Volume.compose: the disk a storage migration received, made whole.
+
+xapi's receive side of a migration from a SMAPIv1 SR (xen-api
+``storage_smapiv1_migrate.ml``: ``receive_start_common``,
+``receive_finalize``) makes two VDIs here. The *leaf* is snapshotted at
+once (the "dummy") and then written by the source's tapdisk mirror: the
+guest's writes from then on. The *parent* gets a copy of a snapshot of
+the source disk. Then xapi calls VDI.compose(parent, leaf), which
+xapi-storage-script turns into Volume.compose(sr, key=leaf, key2=parent):
+the leaf's writes go on top of the parent's data, and the leaf, keeping
+its uuid, is the migrated VDI the VM runs on. The parent is no longer a
+VDI afterwards, nor is the dummy (xapi then destroys the dummy and
+ignores the error).
+
+Sectors. The mirror writes whatever the guest writes, 512 bytes at
+least. Written into the leaf's own zvol, a write smaller than a block
+would leave the rest of that block as the leaf had it (zeros), and
+nothing would tell which bytes the guest wrote. So the datapath's
+Datapath.import_activate has the leaf's tapdisk write into the leaf's
+*mirror sink*, ``<sr>/<leaf uuid>.in`` (``meta.is_sink``): a zvol of
+512-byte blocks without compression, made empty for the mirror. Every
+sector written there is one block with a birth time, zeros too (with
+compression on, ZFS would store an all-zero write as a hole without a
+birth where nothing was: zio_write_compress), and a sector written then
+discarded is a hole born since (hole_birth).
+
+ZFS-native and exact, at the cost of the mirror's writes, never of the
+disk's size: the sink's data blocks and born holes (``zdb``: metadata
+only) are the byte ranges the guest wrote; those alone are copied from
+the sink onto the parent's zvol (``rangecopy``); then the parent takes
+the leaf's uuid, labels and name, and the leaf's zvol goes with the
+dummy and the sink.
+
+Steps, each one command, and what a crash after each leaves:
+1. snapshot the sink, ``<sink>@zfsng-compose`` (zdb reads what is on
+   disk). Internal: the collector frees it if nothing follows.
+2. copy the written ranges onto the parent, flushed. All three VDIs are
+   still what they were; a compose called again copies again (the sink
+   has not changed), xapi's receive_cancel destroys them (and the
+   collector the sink, once its leaf is gone).
+3. one ``zfs set`` on the parent: the leaf's uuid and labels, and
+   COMPOSE_INTO. From here on the compose is finished forward
+   (``collect.finish_compose``, run here at once, and by the collector of
+   the next SR.attach, Volume.destroy or compose): the leaf's zvol and
+   the sink are destroyed, the parent renamed to the leaf's name, the
+   mark dropped. Meanwhile the parent is the leaf's VDI once the leaf's
+   zvol is gone (``meta.is_composing``).
+"""
+
+from zfsng import blockmap, collect, errors, inventory, log, meta, \
+    rangecopy, runner, wire, zdb, zfs
+from zfsng_volume import volume as vol
+
+ZDB_RATE = 20000     # block pointers a second (as cbt reads them)
+LABELS = (meta.VDI_NAME, meta.VDI_DESCRIPTION, meta.VDI_KEYS,
+          meta.VDI_SHARABLE)
+
+
+@wire.method("Volume.compose")
+def compose(dbg, sr, key, key2):
+    """key: the leaf (xapi's child), key2: the parent."""
+    with vol.locked(sr):
+        inventory.sr_row(sr)
+        rows = inventory.rows(sr)
+        if collect.needed(rows):   # a compose cut short finishes first
+            collect.collect(sr, rows)
+            rows = inventory.rows(sr)
+        leaf, parent = _pair(sr, rows, key, key2)
+        _check_leaf_snapshots(rows, leaf, key)
+        sink = _sink(sr, rows, leaf, key)
+        snap = meta.compose_snapshot(sink["name"])
+        if not any(r["name"] == snap for r in rows):
+            zfs.snapshot(snap)
+        ranges = _written(snap, sink)
+        log.info("compose %s onto %s: %d bytes in %d ranges", sink["name"],
+                 parent["name"], blockmap.total(ranges), len(ranges))
+        rangecopy.copy(sink["name"], parent["name"], ranges)
+        props = dict((k, leaf[k]) for k in LABELS if leaf.get(k) is not None)
+        props.update({meta.VDI_UUID: key, meta.COMPOSE_INTO: key})
+        zfs.set_props(parent["name"], props)
+        parent = zfs.get_one(parent["name"], meta.VOLUME_COLUMNS)
+        collect.finish_compose(parent, inventory.rows(sr))
+    return None
+
+
+def _pair(sr, rows, key, key2):
+    """The leaf's and the parent's rows, once they are two live zvols
+    compose can join: a typed error, and nothing changed, otherwise."""
+    if key == key2:
+        raise errors.InvalidArgument("Volume.compose: %s is both the child "
+                                     "and the parent" % key)
+    leaf, parent = vol.find_in(rows, key), vol.find_in(rows, key2)
+    for row, uuid in ((leaf, key), (parent, key2)):
+        if meta.is_snapshot(row) or meta.is_data_destroyed(row) or \
+                row["name"] != meta.vdi_dataset(sr, uuid):
+            raise errors.InvalidArgument(
+                "Volume.compose: %s is not a disk (a snapshot, or a disk "
+                "being reset or composed)" % uuid)
+        if row.get(meta.CBT_ENABLED) == "true":
+            raise errors.InvalidArgument(
+                "Volume.compose: changed block tracking is on for %s: "
+                "disable it first (xapi does not migrate such disks)" % uuid)
+    if leaf["volsize"] != parent["volsize"]:
+        raise errors.InvalidArgument(
+            "Volume.compose: %s is %s bytes, its parent %s %s" % (
+                key, leaf["volsize"], key2, parent["volsize"]))
+    if any(meta.is_snapshot(r) and meta.parent_of(r["name"]) ==
+           parent["name"] for r in rows):
+        raise errors.InvalidArgument(
+            "Volume.compose: the parent %s has snapshots; they would "
+            "become the composed disk's" % key2)
+    return leaf, parent
+
+
+def _check_leaf_snapshots(rows, leaf, key):
+    """The leaf's zvol goes with its snapshots: the dummy, no more (any
+    other would be a VDI lost)."""
+    mine = [r for r in rows if meta.is_snapshot(r) and
+            meta.parent_of(r["name"]) == leaf["name"]]
+    if len(mine) > 1 or any(meta.clones_of(r) or not meta.is_vdi(r)
+                            for r in mine):
+        raise errors.InvalidArgument(
+            "Volume.compose: %s has snapshots other than the migration's "
+            "one, or snapshots with clones; they would be lost" % key)
+
+
+def _sink(sr, rows, leaf, key):
+    """The leaf's mirror sink, once it can be trusted to hold every sector
+    the mirror wrote."""
+    name = meta.sink_name(sr, key)
+    found = [r for r in rows if r["name"] == name and meta.is_sink(r)]
+    if not found:
+        raise errors.InvalidArgument(
+            "Volume.compose: %s received no mirror (no %s): only a disk "
+            "a storage migration wrote through Datapath.import_activate "
+            "can be composed" % (key, name))
+    sink = found[0]
+    compression = zfs.zfs("get", "-Hp", "-o", "value", "compression", "--",
+                          name).strip()
+    if int(sink["volblocksize"]) > meta.SECTOR or compression != "off" or \
+            sink["volsize"] != leaf["volsize"]:
+        raise errors.InvalidArgument(
+            "Volume.compose: %s is not a mirror sink compose can read "
+            "(volblocksize %s, compression %s, %s bytes for a %s-byte "
+            "disk)" % (name, sink["volblocksize"], compression,
+                       sink["volsize"], leaf["volsize"]))
+    return sink
+
+
+def _written(snap, sink):
+    """The range set of the sectors the mirror wrote into the sink (it
+    started empty): its data blocks and its holes born since, within the
+    disk."""
+    size, block = int(sink["volsize"]), int(sink["volblocksize"])
+    bound = runner.allow(ZDB_RATE, size // block + 1)
+    born, _ = zdb.born_since(0, snap, block, bound, holes=True)
+    return blockmap.intersect(born, [(0, size)])
