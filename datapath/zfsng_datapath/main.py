@@ -6,7 +6,7 @@ import sys
 from zfsng import wire
 
 # Imported for their @wire.method registrations: the datapath plugin's table.
-from zfsng_datapath import datapath, mirror, plugin  # noqa: F401
+from zfsng_datapath import datapath, mirror, mirrorin, plugin  # noqa: F401
 
 
 def handlers():

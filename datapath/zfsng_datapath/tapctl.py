@@ -29,10 +29,12 @@ for what each one does):
   tap-ctl pause -p PID -m MINOR
                                      quiesce: in-flight I/O finishes, the
                                      image closes, the ring waits
-  tap-ctl unpause -p PID -m MINOR [-2 nbd:SOCKET]
-                                     reopen and resume; -2 adds an NBD
-                                     secondary in mirror mode (writes go to
-                                     both; a failing secondary is dropped,
+  tap-ctl unpause -p PID -m MINOR [-a aio:PATH] [-2 nbd:SOCKET]
+                                     reopen and resume; -a: another image
+                                     (the VBD's name becomes it); -2 adds
+                                     an NBD secondary in mirror mode
+                                     (writes go to both; a failing
+                                     secondary is dropped,
                                      nbd_mirror_failed in its stats)
   tap-ctl list                       one line per VBD, tapdisk and orphan
                                      minor: "pid=%d minor=%d state=%#x
@@ -85,6 +87,12 @@ TAP_CTL = "tap-ctl"
 # TAPDISK_NBDSERVER_NEW_SOCK_PATH "<pid>.<minor>"): xapi's migrations write
 # into a disk through it. It exists from open to close.
 NBD_SOCKET = "/var/run/blktap-control/nbd%d.%d"
+# Beside it, the same server takes connections made elsewhere: a unix
+# socket that receives a connected fd (SCM_RIGHTS) and serves it as a
+# new-style NBD client (td_fdreceiver: TAPDISK_NBDSERVER_NEW_LISTEN_SOCK_PATH
+# "<pid>.<minor>"). xapi passes a storage migration's connection there.
+NBD_FD_SOCKET = "/var/run/blktap-control/nbdserver-new%d.%d"
+PAUSED = 0x20         # TD_VBD_PAUSED in a VBD's state (tapdisk-vbd.h)
 CLOSE_TIMEOUT = 120   # seconds: tap-ctl close -t, as SMAPIv1 uses
 IMAGE_TYPE = "aio"    # raw: the zvol's blocks are the disk's blocks
 # Known transient failures, retried a bounded number of times (as sm's
@@ -157,6 +165,11 @@ def nbd_socket(pid, minor):
     return NBD_SOCKET % (int(pid), int(minor))
 
 
+def nbd_fd_socket(pid, minor):
+    """Where the NBD server of the tapdisk pid's VBD minor takes fds."""
+    return NBD_FD_SOCKET % (int(pid), int(minor))
+
+
 def attach(pid, minor):
     _run(["attach", "-p", str(pid), "-m", str(minor)])
 
@@ -187,12 +200,15 @@ def pause(pid, minor):
     _run(["pause", "-p", str(pid), "-m", str(minor)])
 
 
-def unpause(pid, minor, secondary=None):
-    """Reopen the image and resume; with secondary (``nbd:<socket>``) every
-    later write also goes to it, acknowledged once both have it (mirror
-    mode), and a failing secondary is dropped, the guest unaffected
-    (``nbd_mirror_failed`` in stats)."""
+def unpause(pid, minor, secondary=None, image=None):
+    """Reopen the image (image: another one, a path opened raw) and
+    resume; with secondary (``nbd:<socket>``) every later write also goes
+    to it, acknowledged once both have it (mirror mode), and a failing
+    secondary is dropped, the guest unaffected (``nbd_mirror_failed`` in
+    stats)."""
     argv = ["unpause", "-p", str(pid), "-m", str(minor)]
+    if image:
+        argv += ["-a", "%s:%s" % (IMAGE_TYPE, image)]
     _run(argv + (["-2", secondary] if secondary else []))
 
 
@@ -255,6 +271,11 @@ class Row(object):
     @property
     def is_open(self):
         return self.path is not None
+
+    @property
+    def is_paused(self):
+        """Paused (its image closed, its name kept) until unpause."""
+        return bool((self.state or 0) & PAUSED)
 
     def __repr__(self):
         return "Row(pid=%r, minor=%r, args=%s)" % (

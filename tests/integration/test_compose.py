@@ -9,12 +9,14 @@ Datapath.import_activate serves it: into the leaf's mirror sink, made as
 the datapath will make it (512-byte blocks, no compression, marked).
 What must come out, byte for byte through the datapath's attach: the
 parent's copy with every write on top, a write of part of a block, zeros
-over the parent's data and a write discarded again included. A compose
+over the parent's data and sectors written then discarded included. A compose
 killed after each command that changes something is finished by xapi's
 next call with the same bytes.
 """
 
 import hashlib
+import mmap
+import os
 import random
 
 import pytest
@@ -53,6 +55,20 @@ def received(plugin, sr, seed):
     return leaf, parent, data
 
 
+def write_direct(dataset, offset, data):
+    """Write as tapdisk does: O_DIRECT, whole sectors, so only those
+    reach the zvol (a buffered write goes out in whole 4 KiB pages)."""
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    fd = os.open("/dev/zvol/" + dataset, os.O_WRONLY | os.O_DIRECT)
+    try:
+        assert os.pwrite(fd, buf, offset) == len(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
 def mirror(leaf, data, seed):
     """The mirror's writes into the sink; data becomes what the guest
     sees after them."""
@@ -60,20 +76,32 @@ def mirror(leaf, data, seed):
     rng = random.Random(seed + 1)
     writes = [(12 * KiB + 512, 4 * KiB),        # part of a block
               (1 * MiB, 64 * KiB, b"\0"),       # zeros over the parent's
-              (2 * MiB, 8 * KiB),               # then discarded
+              (2 * MiB, 16 * KiB),              # half discarded
               (3 * MiB + 4 * KiB, 1 * KiB),     # into the parent's hole
               (DISK - 512, 512)]                # the last sector
     for offset, length, *fill in writes:
         chunk = (fill[0] * length if fill else
                  bytes(rng.getrandbits(8) for _ in range(length)))
-        write(sink, offset, chunk)
+        write_direct(sink, offset, chunk)
         data[offset:offset + length] = chunk
-    discard(sink, 2 * MiB, 8 * KiB)
+    discard(sink, 2 * MiB, 8 * KiB)      # level-0 holes born since
     data[2 * MiB:2 * MiB + 8 * KiB] = bytes(8 * KiB)
 
 
 def sha(data):
     return hashlib.sha256(bytes(data)).hexdigest()
+
+
+def differ(got, want, unit=512):
+    """The (offset, end) runs of units where got and want differ."""
+    runs = []
+    for i in range(0, len(want), unit):
+        if got[i:i + unit] != want[i:i + unit]:
+            if runs and runs[-1][1] == i:
+                runs[-1][1] = i + unit
+            else:
+                runs.append([i, i + unit])
+    return runs
 
 
 def check_composed(plugin, dp, sr, leaf, parent, data):
@@ -84,7 +112,8 @@ def check_composed(plugin, dp, sr, leaf, parent, data):
     assert vdi["keys"] == {"vdi-type": "user"}
     assert vdi["uri"] == leaf["uri"]
     assert [k for k in listed if k != leaf["key"]] == []   # dummy gone
-    assert sha(content(dp, vdi)) == sha(data)
+    got = content(dp, vdi)
+    assert sha(got) == sha(data), differ(got, data)
     left = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
               sr).split()
     assert [n for n in left if leaf["key"] in n] == [dataset_of(leaf)]

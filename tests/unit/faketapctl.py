@@ -50,6 +50,7 @@ from zfsng import runner
 
 TAPDEV = "/dev/xen/blktap-2/tapdev%d"
 CLOSED = 0x2          # a VBD's state in ``list`` once closed
+PAUSED = 0x20         # TD_VBD_PAUSED, until unpause
 PROGRAMS = ("tap-ctl", "kill")
 
 
@@ -227,6 +228,33 @@ class FakeTapCtl(object):
             return ""                    # already closed: done
         vbd["args"], vbd["readonly"] = None, False
         vbd["state"] = CLOSED
+        return ""
+
+    def _pause(self, args):
+        """Quiesce: the image closes, the VBD keeps its name (args)."""
+        opts = self._opts(args, "p:m:h")
+        vbd = self._tapdisk(self._int(opts, "p")).get(self._int(opts, "m"))
+        if vbd is None:
+            raise _Errno(errno.ENODEV)
+        vbd["state"] = vbd.get("state", 0) | PAUSED
+        return ""
+
+    def _unpause(self, args):
+        """Reopen (-a: another image, the VBD's new name) and resume."""
+        opts = self._opts(args, "p:m:a:2:c:h")
+        vbd = self._tapdisk(self._int(opts, "p")).get(self._int(opts, "m"))
+        if vbd is None:
+            raise _Errno(errno.ENODEV)
+        if not vbd.get("state", 0) & PAUSED:
+            raise _Errno(errno.EINVAL)
+        if "a" in opts:
+            kind, sep, path = opts["a"].partition(":")
+            if not sep or kind not in ("aio", "vhd", "qcow2"):
+                raise _Errno(errno.EINVAL)
+            if not self.exists(path):
+                raise _Errno(errno.ENOENT)
+            vbd["args"] = opts["a"]
+        vbd["state"] = 0
         return ""
 
     def _detach(self, args):

@@ -128,7 +128,12 @@ class Host(object):
         self.udev = "sync"        # "sync", "lazy" (at settle) or "dead"
         self.missing_tap_ctl = False
 
-    def __call__(self, argv, stdin_text=None):
+    def stream(self, argv, consume, **bound):
+        """zdb and zfs send, read as they come (a compose's zdb)."""
+        self.calls.append(list(argv))
+        return self.zfs.stream(argv, consume, **bound)
+
+    def __call__(self, argv, stdin_text=None, **bound):
         self.calls.append(list(argv))
         if argv[0] in faketapctl.PROGRAMS:
             if self.missing_tap_ctl:
@@ -139,7 +144,7 @@ class Host(object):
             return self._zvol_id(argv)
         if argv[:3] == ["udevadm", "info", "--query=symlink"]:
             return self._udev_info(argv)
-        result = self.zfs(argv, stdin_text)
+        result = self.zfs(argv, stdin_text, **bound)
         if self.udev == "sync" or (self.udev == "lazy" and
                                    argv[:2] == ["udevadm", "settle"]):
             self.sync_devices()

@@ -24,13 +24,14 @@ Exactness. A block of ``to`` born at or before ``from``'s txg is the block
 ``from`` had at that offset (nothing wrote there since), so the changes
 from ``from`` to ``to`` are: the L0 data blocks born after ``from``, and
 the places where ``to`` has no data but ``from`` may have had some (the
-caller's allocation map of ``from``). CBT needs no more. A compose does
-(``holes``): a block written after ``from`` and freed again is in
-neither, yet it must end as zeros over another disk's data. ZFS stamps
-such a hole with the txg of the free (feature hole_birth), and a hole
-pointer above level 0 stands for its whole span: ``iblk`` (the size of
-an indirect block, from the object's header line) over 128 bytes per
-block pointer, to the power of its level, volblocksizes.
+caller's allocation map of ``from``). CBT needs no more. A compose asks
+for more (``holes``): a block written after ``from`` and freed again is
+in neither. ZFS stamps the hole a free leaves where a block was with the
+txg of the free (feature hole_birth; dnode_sync.c free_blocks), so the
+level-0 holes born after ``from`` are exactly such blocks. Not a hole
+above level 0: once every block under an indirect block is freed, the
+indirect block itself becomes one hole (dbuf_write_children_ready zeroes
+it), and which of its blocks had been written is lost.
 
 zdb ignores a failed read of an indirect block (dump_indirect goes on
 without its children). Every block pointer carries its fill, the number
@@ -45,11 +46,6 @@ from zfsng import errors
 
 CHUNK = 1 << 20
 _HEADER = b"Indirect blocks:"
-# The data object's header line: "1  <lvl>  <iblk>  <dblk> ...", sizes as
-# zdb's nicenum prints them (128K).
-_OBJECT = re.compile(br"^ +1 +\d+ +(\d+)([KMG]?) +\S+ ", re.M)
-_UNITS = {b"": 1, b"K": 1 << 10, b"M": 1 << 20, b"G": 1 << 30}
-BLKPTR = 128            # bytes per block pointer in an indirect block
 
 
 # One block pointer line: offset, level, EMBEDDED, fill, birth (a hole
@@ -64,11 +60,10 @@ class _Tree(object):
     taken a block of text at a time (one regular expression over it): a
     large zvol prints millions."""
 
-    def __init__(self, fromtxg, block, fanout=None):
+    def __init__(self, fromtxg, block, holes=False):
         self.fromtxg = fromtxg
         self.block = block
-        self.fanout = fanout     # block pointers per indirect block, if
-        #                          hole births count (see ``parse``)
+        self.holes = holes       # level-0 hole births count (``parse``)
         self.stack = []      # [level, fill, children's fill]
         self.data = [[-1, -1]]   # L0 data ranges, in order, merged
         self.born = []       # the same, born after fromtxg
@@ -79,7 +74,7 @@ class _Tree(object):
         if len(found) != text.count(b"\n") + 1:
             bad = [l for l in text.split(b"\n") if not re.match(_LINE, l)]
             raise _malformed("unreadable", bad[0] if bad else text)
-        fromtxg, block, fanout = self.fromtxg, self.block, self.fanout
+        fromtxg, block, holes = self.fromtxg, self.block, self.holes
         data, born, stack = self.data, self.born, self.stack
         top = stack[-1] if stack else None
         for offset, level, embedded, fill, birth in found:
@@ -93,7 +88,7 @@ class _Tree(object):
                         data.append([start, start + block])
                     if int(birth) > fromtxg:
                         _append(born, start, start + block)
-                elif fanout and int(birth) > fromtxg:   # a hole
+                elif holes and int(birth) > fromtxg:   # a hole
                     start = int(offset, 16)
                     _append(born, start, start + block)
                 continue
@@ -112,9 +107,9 @@ class _Tree(object):
                 _extend(data, start, start + block)
                 if int(birth) > fromtxg:
                     _append(born, start, start + block)
-            elif not fill and fanout and int(birth) > fromtxg:
+            elif level == 0 and holes and int(birth) > fromtxg:
                 start = int(offset, 16)
-                _append(born, start, start + block * fanout ** level)
+                _append(born, start, start + block)
             top = stack[-1] if stack else None
 
     def _close(self, level):
@@ -165,23 +160,14 @@ def _blocks(tree, buf):
     return "blocks", buf[cut + 1:] if cut >= 0 else buf
 
 
-def _fanout(header):
-    """Block pointers per indirect block, from the data object's header
-    line (its iblk)."""
-    found = _OBJECT.search(header)
-    if not found:
-        raise _malformed("no header line for object 1", header[-200:])
-    return int(found.group(1)) * _UNITS[found.group(2)] // BLKPTR
-
-
 def parse(read, fromtxg, block, holes=False):
     """(born, data) from zdb's output read by read(n): the range sets of
     the data object's L0 data blocks born after fromtxg, and of all of
-    them; block is the volblocksize. holes: born also has the spans of
-    the holes born after fromtxg (freed or zeroed since). The output is
+    them; block is the volblocksize. holes: born also has the level-0
+    holes born after fromtxg (blocks freed since). The output is
     read as it comes (a large zvol prints millions of lines) and to its
     end (zdb must not block on a full pipe)."""
-    tree = _Tree(fromtxg, block)
+    tree = _Tree(fromtxg, block, holes)
     state, buf = "header", b""     # then "blocks", then "after"
     while True:
         chunk = read(CHUNK)
@@ -189,11 +175,9 @@ def parse(read, fromtxg, block, holes=False):
         if state == "header":
             at = (b"\n" + buf).find(b"\n" + _HEADER + b"\n")
             if at >= 0:
-                if holes:
-                    tree.fanout = _fanout(buf[:at])
                 state, buf = "blocks", buf[at + len(_HEADER) + 1:]
-            elif len(buf) > CHUNK:   # the header is a few lines
-                buf = buf[-CHUNK:]
+            else:               # the header may straddle two reads
+                buf = buf[-(len(_HEADER) + 2):]
         if state == "blocks":
             state, buf = _blocks(tree, buf)
         if state == "after":

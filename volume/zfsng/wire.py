@@ -236,6 +236,8 @@ METHODS = {
     "Datapath.deactivate": ([("uri", STR), ("domain", STR)], UNIT),
     "Datapath.detach": ([("uri", STR), ("domain", STR)], UNIT),
     "Datapath.close": ([("uri", STR)], UNIT),
+    # a unix socket path that takes an NBD connection's fd (SCM_RIGHTS)
+    "Datapath.import_activate": ([("uri", STR), ("domain", STR)], STR),
     "Data.mirror": ([("uri", STR), ("domain", STR), ("remote", STR)],
                     OPERATION),
     "Data.stat": ([("operation", OPERATION)], OPERATION_STATUS),

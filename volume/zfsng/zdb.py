@@ -49,7 +49,7 @@ def born_since(txg, snapshot, block, bound, holes=False):
     read as it comes, within bound seconds. The snapshot must be on disk:
     zdb reads the pool from its disks, as the last synced txg left it
     (``zfs snapshot`` returns once its txg synced). holes: born also
-    holds the holes born after txg (blockbirth.parse)."""
+    holds the level-0 holes born after txg (blockbirth.parse)."""
     if snapshot.startswith("-") or "@" not in snapshot:
         raise errors.InternalError("not a snapshot name: %r" % snapshot)
     argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]

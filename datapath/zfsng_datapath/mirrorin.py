@@ -1,0 +1,99 @@
+"""Datapath.import_activate: where a storage migration into zfs-ng writes.
+
+A migration from a SMAPIv1 SR (xen-api storage_smapiv1_migrate.ml): the
+destination's receive_start_common creates the leaf VDI, snapshots it (the
+"dummy"), attaches and activates it in the mirror's domain. Then xapi's
+nbd_handler (storage_migrate.ml) calls DATA.import_activate, which
+xapi-storage-script passes on as Datapath.import_activate(uri, domain)
+only if this plugin's Plugin.Query lists VDI_MIRROR_IN, and sends the
+source's connection, an fd, over SCM_RIGHTS to the unix socket path the
+call returns. The leaf's tapdisk takes such fds on
+``/var/run/blktap-control/nbdserver-new<pid>.<minor>`` (blktap 3.55.5,
+tapdisk-nbdserver.c) and serves each as a new-style NBD connection: the
+source tapdisk's mirror writes the guest's writes through it.
+
+Where the writes go. Not into the leaf's own zvol: a write smaller than
+its blocks would leave the rest of the block as the leaf had it, zeros,
+and nothing could later tell the guest's bytes from them. So the call
+makes the leaf's *mirror sink* (``meta.sink_name``: 512-byte blocks, one
+per sector, no compression, so zeros are data too; marked with the
+leaf's uuid) and has the leaf's tapdisk serve it instead: ``tap-ctl
+pause``, then ``unpause -a aio:<the sink>``. Nothing has written the leaf
+yet (the VM runs on the source). Volume.compose later puts the sink's
+sectors on the parent the copy filled, and the leaf becomes the
+migrated disk (zfsng_volume/compose.py).
+
+Idempotent, and a crash anywhere is finished by the next call: the sink
+is reused (one a power cut left inside its ``zfs create``, with its
+volblocksize but without its later properties, is made again), a VBD left paused is unpaused onto the sink. A sink whose
+leaf is destroyed (xapi's receive_cancel) goes with it (the collector).
+"""
+
+from zfsng import errors, lock, log, meta, wire, zfs, zvoldev
+from zfsng_datapath import scope, state, tapctl, uri as urimod
+from zfsng_datapath.errors import NotAttached
+
+
+@wire.method("Datapath.import_activate")
+def import_activate(dbg, uri, domain):
+    target = urimod.parse(uri)
+    urimod.check_domain(domain)
+    if target.snapshot is not None or urimod.is_dom0(domain):
+        raise errors.InvalidArgument(
+            "Datapath.import_activate: %s in domain %s is no disk a "
+            "migration writes through tapdisk" % (uri, domain))
+    with lock.held("datapath-" + target.head):
+        st = state.load(target.dataset, domain)
+        if not st or not st.get("active") or st.get("pid") is None:
+            raise NotAttached("Datapath.import_activate: %s is not active "
+                              "in domain %s on this host: Datapath.attach "
+                              "and activate come first" % (uri, domain))
+        sink = meta.sink_name(target.sr, target.head.rsplit("/", 1)[1])
+        with lock.sr_lock(target.sr):
+            leaf = scope.check(target)
+            _ensure_sink(sink, leaf)
+        zvoldev.wait(sink)
+        _serve(st, zvoldev.link(sink))
+        st["device"], st["sink"] = sink, sink
+        state.save(st)
+        return tapctl.nbd_fd_socket(st["pid"], st["minor"])
+
+
+def _ensure_sink(sink, leaf):
+    """Make the leaf's mirror sink, or find the one an earlier call made."""
+    uuid = meta.object_uuid(leaf["name"])
+    try:
+        row = zfs.get_one(sink, ["type", "volblocksize", meta.MIRROR_SINK],
+                          types="volume")
+    except errors.DatasetNotFound:
+        row = None
+    if row is not None and meta.is_sink(dict(row, name=sink)):
+        return
+    if row is not None:     # ZFS sets -o properties after volblocksize
+        if row.get(meta.MIRROR_SINK) or \
+                row.get("volblocksize") != str(meta.SECTOR):
+            raise errors.InvalidArgument(
+                "%s is in the way of the mirror sink of %s (a zvol zfs-ng "
+                "did not make): rename or destroy it" % (sink, uuid))
+        log.info("%s: a sink a crash left unmarked, made again", sink)
+        zfs.destroy(sink)
+    log.info("making %s, the mirror sink of %s", sink, leaf["name"])
+    zfs.create_volume(sink, int(leaf["volsize"]), {
+        "volblocksize": str(meta.SECTOR), "compression": "off",
+        meta.MIRROR_SINK: uuid})
+
+
+def _serve(st, path):
+    """Have the VBD's tapdisk serve path (the sink) from now on."""
+    pid, minor = st["pid"], st["minor"]
+    row = tapctl.view().vbd(pid, minor)
+    if row is None or not row.is_open:
+        raise NotAttached("the tapdisk of %s for domain %s is gone: "
+                          "attach and activate it again"
+                          % (st["dataset"], st["domain"]))
+    if row.path == path and not row.is_paused:
+        return
+    if not row.is_paused:
+        tapctl.pause(pid, minor)
+    log.info("tapdisk %s minor %s now serves %s", pid, minor, path)
+    tapctl.unpause(pid, minor, image=path)

@@ -1,0 +1,141 @@
+"""Datapath.import_activate on the fake host (ZFS, udev, blktap): a
+migration's mirror into a leaf VDI goes into the leaf's mirror sink,
+which the leaf's tapdisk serves from then on; Volume.compose then makes
+the leaf whole. xapi's order (storage_smapiv1_migrate.ml
+receive_start_common, storage_migrate.ml nbd_handler, receive_finalize):
+create the leaf, snapshot it, attach and activate it in the mirror's
+domain ("MIR" and six hex digits), create the parent, import_activate;
+at the end deactivate and detach the leaf, compose.
+"""
+
+import errno
+
+import pytest
+
+from zfsng import errors, meta
+
+from conftest import call, create_volume
+from test_datapath import dp, host, uri_of, vdi  # noqa: F401
+from zfsng_datapath.errors import NotAttached
+
+MIR = "MIRa1b2c3"
+
+
+def receive(sr, vol):
+    """receive_start on the leaf vol: the dummy, the leaf attached and
+    activated in the mirror's domain, the parent. Returns the parent."""
+    call("Volume.snapshot", sr=sr, key=vol["key"])
+    dp("Datapath.attach", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.activate", uri=uri_of(vol), domain=MIR)
+    return create_volume(sr, size=vol["virtual_size"], name="disk")
+
+
+def served(host):
+    """The (args, state) of the one VBD of the host."""
+    [(pid, minor, args, _)] = host.tap.vbds()
+    return args, host.tap.tapdisks[pid][minor]["state"], pid, minor
+
+
+def test_the_leafs_tapdisk_serves_its_sink(host, vdi):
+    sr, vol = vdi
+    receive(sr, vol)
+    path = dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    args, state, pid, minor = served(host)
+    assert path == "/var/run/blktap-control/nbdserver-new%d.%d" % (pid,
+                                                                   minor)
+    sink = meta.sink_name(sr, vol["key"])
+    assert args == "aio:" + host.link(sink) and state == 0
+    ds = host.zfs.dataset(sink)
+    assert (ds.volsize, ds.volblocksize) == (vol["virtual_size"], 512)
+    assert host.zfs.get(sink, "compression") == "off"
+    assert host.zfs.get(sink, meta.MIRROR_SINK) == vol["key"]
+    # again: the same answer, nothing changed
+    before = len(host.calls)
+    assert dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR) == \
+        path
+    assert not [a for a in host.calls[before:]
+                if a[:2] in (["tap-ctl", "pause"], ["tap-ctl", "unpause"],
+                             ["zfs", "create"])]
+    # the sink is no VDI: the leaf, the dummy and the parent are listed
+    listed = call("SR.ls", sr=sr)
+    assert len(listed) == 3
+    assert all(v["uri"] != ["zfs-ng:///" + sink] for v in listed)
+
+
+def test_a_leaf_not_active_here_is_refused_and_nothing_is_made(host, vdi):
+    sr, vol = vdi
+    with pytest.raises(NotAttached):
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert not host.zfs.exists(meta.sink_name(sr, vol["key"]))
+
+
+@pytest.mark.parametrize("domain", ["0", "u0_vbd_0_xvda"])
+def test_dom0_has_no_tapdisk_to_serve_a_mirror(host, vdi, domain):
+    sr, vol = vdi
+    with pytest.raises(errors.InvalidArgument):
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=domain)
+
+
+def test_an_unpause_that_failed_is_finished_by_the_next_call(host, vdi):
+    sr, vol = vdi
+    receive(sr, vol)
+    host.tap.inject("tap-ctl unpause", errno.EIO)
+    with pytest.raises(errors.StorageError):
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert served(host)[1] & 0x20           # left paused
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    args, state, _, _ = served(host)
+    assert state == 0 and args.endswith(vol["key"] + ".in")
+
+
+def test_an_unmarked_sink_is_made_again_a_foreign_zvol_refused(host, vdi):
+    sr, vol = vdi
+    receive(sr, vol)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.admin("zfs create -s -V 1G -o volblocksize=512 %s" % sink)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert host.zfs.get(sink, meta.MIRROR_SINK) == vol["key"]
+    other = create_volume(sr, size=vol["virtual_size"], name="other")
+    call("Volume.snapshot", sr=sr, key=other["key"])
+    dp("Datapath.attach", uri=uri_of(other), domain=MIR)
+    dp("Datapath.activate", uri=uri_of(other), domain=MIR)
+    host.zfs.admin("zfs create -s -V 1G %s" % meta.sink_name(
+        sr, other["key"]))
+    host.zfs.guest_write(meta.sink_name(sr, other["key"]), 0, 4096)
+    with pytest.raises(errors.InvalidArgument):
+        dp("Datapath.import_activate", uri=uri_of(other), domain=MIR)
+
+
+def test_receive_cancel_leaves_nothing(host, vdi):
+    """receive_cancel: the leaf's datapath destroyed, then VDI.destroy of
+    the dummy, the leaf and the parent."""
+    sr, vol = vdi
+    before = set(n for p in host.zfs.pools for n in p.datasets)
+    parent = receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    host.zfs.guest_write(meta.sink_name(sr, vol["key"]), 512, 1024)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    for key in [v["key"] for v in call("SR.ls", sr=sr)
+                if v["key"] not in (vol["key"], parent["key"])] + \
+            [vol["key"], parent["key"]]:
+        call("Volume.destroy", sr=sr, key=key)
+    after = set(n for p in host.zfs.pools for n in p.datasets)
+    assert after == before - {meta.vdi_dataset(sr, vol["key"])}
+
+
+def test_the_whole_receive_composes_the_leaf(host, vdi):
+    sr, vol = vdi
+    parent = receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    block = host.zfs.dataset(meta.vdi_dataset(sr, parent["key"])).volblocksize
+    host.zfs.guest_write(meta.vdi_dataset(sr, parent["key"]), 0, 8 * block)
+    host.zfs.guest_write(meta.sink_name(sr, vol["key"]), 2 * block, 512)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
+    assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
+    blocks = host.zfs.dataset(meta.vdi_dataset(sr, vol["key"])).blocks
+    assert sorted(blocks) == list(range(8)) and \
+        all(d for _, d in blocks.values())
+    assert not host.zfs.exists(meta.sink_name(sr, vol["key"]))
