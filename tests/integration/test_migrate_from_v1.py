@@ -1,0 +1,206 @@
+"""A running VM's disk moves from a SMAPIv1 SR into zfs-ng, through the
+real tapdisk on both sides, in xapi's order (xen-api v26.1.4):
+
+- destination, receive_start_common (storage_smapiv1_migrate.ml):
+  Volume.create of the leaf, Volume.snapshot of it (the dummy),
+  Datapath.attach and activate of the leaf in the mirror's pseudo-domain
+  ("MIR" and six hex digits), Volume.create of the parent;
+- nbd_handler (storage_migrate.ml): Datapath.import_activate of the leaf,
+  and the connection's fd passed to the socket it answers (SCM_RIGHTS,
+  the datapath's name as the message); mirror_pass_fds passes the other
+  end to the source tapdisk's ``nbdclient<pid>`` the same way;
+- the source's snapshot with the mirror (SMAPIv1's VDI.snapshot with
+  sm_config mirror: tap-ctl pause, the snapshot, unpause with
+  ``-2 nbd:<name>``): from then on every write of the guest goes to both;
+- the copy of that snapshot into the parent (sparse_dd: the blocks that
+  are not zeros), here through the parent's dom0 attach;
+- the VM stops writing (its memory moves), the source's tapdisk closes;
+  receive_finalize: Datapath.deactivate and detach of the leaf,
+  Volume.compose(sr, key=leaf, key2=parent), Volume.destroy of the dummy
+  (whose error xapi ignores).
+
+The source stands for a file SR: a raw file opened by tapdisk (aio:) on
+a ZFS filesystem beside the SR. The guest writes 4 KiB at sector
+boundaries (smaller than the leaf's blocks), data or zeros, all the
+time. The migrated VDI must then hold what the source holds, byte for
+byte.
+"""
+
+import array
+import hashlib
+import json
+import mmap
+import os
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import one_disk_sr, sh
+from datapath_util import attach_dom0, detach_dom0, once
+from test_tapdisk import nothing_left
+
+KiB, MiB = 1 << 10, 1 << 20
+DISK = 8 * MiB
+MIRROR_VM = "MIR4d5e6f"
+DP = "mirror-dp-1"
+
+
+@pytest.fixture
+def sr(plugin, disks, new_uuid):
+    yield from one_disk_sr(plugin, disks, new_uuid, "v1migsr")
+
+
+class Source(object):
+    """A SMAPIv1 VDI on a file SR: a raw file opened by its own tapdisk,
+    as SMAPIv1's blktap2.py does it (spawn, allocate, attach, open)."""
+
+    def __init__(self, sr, seed):
+        sh("zfs", "create", "-o", "mountpoint=/mnt/v1sr", sr + "/v1sr")
+        self.path = "/mnt/v1sr/disk.raw"
+        rng = random.Random(seed)
+        with open(self.path, "wb") as f:
+            f.write(rng.getrandbits(8 * DISK).to_bytes(DISK, "little"))
+            f.seek(5 * MiB)
+            f.write(bytes(MiB))                  # a region of zeros
+        self.pid = int(sh("tap-ctl", "spawn").strip())
+        self.tapdev = sh("tap-ctl", "allocate").strip()
+        self.minor = int(self.tapdev.rsplit("tapdev", 1)[1])
+        sh("tap-ctl", "attach", "-p", str(self.pid), "-m", str(self.minor))
+        sh("tap-ctl", "open", "-p", str(self.pid), "-m", str(self.minor),
+           "-a", "aio:" + self.path)
+
+    def tap(self, *args):
+        sh("tap-ctl", args[0], "-p", str(self.pid), "-m", str(self.minor),
+           *args[1:])
+
+    def close(self):
+        self.tap("close")
+        self.tap("detach")
+        sh("tap-ctl", "free", "-m", str(self.minor), check=False)
+
+    def digest(self):
+        with open(self.path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+
+class Guest(threading.Thread):
+    """The VM: 4 KiB writes at sector boundaries through the source's
+    tapdev (O_DIRECT), random data or, one in four, zeros."""
+
+    def __init__(self, tapdev, seed):
+        threading.Thread.__init__(self, daemon=True)
+        self.tapdev, self.rng = tapdev, random.Random(seed)
+        self.stop, self.count, self.error = threading.Event(), 0, None
+
+    def run(self):
+        buf = mmap.mmap(-1, 4 * KiB)
+        fd = os.open(self.tapdev, os.O_WRONLY | os.O_DIRECT)
+        try:
+            while not self.stop.is_set():
+                buf.seek(0)
+                buf.write(bytes(4 * KiB) if self.rng.random() < 0.25 else
+                          os.urandom(4 * KiB))
+                at = self.rng.randrange((DISK - 4 * KiB) // 512) * 512
+                os.pwrite(fd, buf, at)
+                self.count += 1
+                self.stop.wait(0.01)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(fd)
+
+
+def pass_fd(path, fd, name):
+    """Send fd to the unix socket path, with name as the message."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        s.sendmsg([name.encode()], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                     array.array("i", [fd]))])
+    finally:
+        s.close()
+
+
+def copy_sparse(snapshot, device):
+    """sparse_dd's part: the snapshot's blocks that are not zeros."""
+    fd = os.open(device, os.O_WRONLY)
+    try:
+        with open(snapshot, "rb") as f:
+            for at in range(0, DISK, 64 * KiB):
+                block = f.read(64 * KiB)
+                if block.strip(b"\0"):
+                    os.pwrite(fd, block, at)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def uri(vol):
+    (u,) = vol["uri"]
+    return u
+
+
+def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
+    source = Source(sr, 7)
+    guest = Guest(source.tapdev, 8)
+    guest.start()
+    # receive_start_common, on the destination
+    leaf = plugin("Volume.create", sr=sr, name="web01", description="moved",
+                  size=DISK, sharable=False)
+    dummy = plugin("Volume.snapshot", sr=sr, key=leaf["key"])
+    dp("Datapath.attach", uri=uri(leaf), domain=MIRROR_VM)
+    dp("Datapath.activate", uri=uri(leaf), domain=MIRROR_VM)
+    parent = plugin("Volume.create", sr=sr, name="web01", description="",
+                    size=DISK, sharable=False)
+    # nbd_handler and mirror_pass_fds: one connection, an end each side
+    path = dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
+    assert dp("Datapath.import_activate", uri=uri(leaf),
+              domain=MIRROR_VM) == path
+    here, there = socket.socketpair()
+    pass_fd(path, there.fileno(), DP)
+    pass_fd("/var/run/blktap-control/nbdclient%d" % source.pid,
+            here.fileno(), DP)
+    here.close()
+    there.close()
+    # the snapshot with the mirror on, then the copy into the parent
+    source.tap("pause")
+    sh("cp", "--sparse=always", source.path, "/mnt/v1sr/snap.raw")
+    source.tap("unpause", "-2", "nbd:" + DP)
+    written = guest.count
+    device = attach_dom0(dp, parent, call=once)
+    copy_sparse("/mnt/v1sr/snap.raw", device)
+    detach_dom0(dp, parent, call=once)
+    time.sleep(2)                            # the guest writes on
+    guest.stop.set()
+    guest.join(30)
+    assert guest.error is None and guest.count > written + 20
+    stats = json.loads(sh("tap-ctl", "stats", "-p", str(source.pid),
+                          "-m", str(source.minor)))
+    assert stats["nbd_mirror_failed"] == 0, stats   # xapi's check
+    source.close()                           # the VM left this host
+    want = source.digest()
+    # receive_finalize
+    dp("Datapath.deactivate", uri=uri(leaf), domain=MIRROR_VM)
+    dp("Datapath.detach", uri=uri(leaf), domain=MIRROR_VM)
+    plugin("Volume.compose", sr=sr, key=leaf["key"], key2=parent["key"])
+    try:
+        plugin("Volume.destroy", sr=sr, key=dummy["key"])
+    except Exception:
+        pass                                 # xapi ignores it
+    listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
+    assert list(listed) == [leaf["key"]]
+    moved = listed[leaf["key"]]
+    got = attach_dom0(dp, moved, readonly=True, call=once)
+    try:
+        with open(got, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == want
+    finally:
+        detach_dom0(dp, moved, call=once)
+    plugin("Volume.destroy", sr=sr, key=leaf["key"])
+    sh("zfs", "destroy", "-r", sr + "/v1sr")
+    assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
+              sr).split() == [sr]
+    nothing_left(sr)
