@@ -9,7 +9,8 @@ Datapath.import_activate serves it: into the leaf's mirror sink, made as
 the datapath will make it (512-byte blocks, no compression, marked).
 What must come out, byte for byte through the datapath's attach: the
 parent's copy with every write on top, a write of part of a block, zeros
-over the parent's data and sectors written then discarded included. A compose
+over the parent's data included; a sector written then discarded keeps
+the parent's data (discards are not carried). A compose
 killed after each command that changes something is finished by xapi's
 next call with the same bytes.
 """
@@ -69,7 +70,7 @@ def write_direct(dataset, offset, data):
         buf.close()
 
 
-def mirror(leaf, data, seed):
+def mirror(leaf, data, seed, copied):
     """The mirror's writes into the sink; data becomes what the guest
     sees after them."""
     sink = dataset_of(leaf) + ".in"
@@ -84,8 +85,8 @@ def mirror(leaf, data, seed):
                  bytes(rng.getrandbits(8) for _ in range(length)))
         write_direct(sink, offset, chunk)
         data[offset:offset + length] = chunk
-    discard(sink, 2 * MiB, 8 * KiB)      # level-0 holes born since
-    data[2 * MiB:2 * MiB + 8 * KiB] = bytes(8 * KiB)
+    discard(sink, 2 * MiB, 8 * KiB)      # not carried: the parent's
+    data[2 * MiB:2 * MiB + 8 * KiB] = copied[2 * MiB:2 * MiB + 8 * KiB]
 
 
 def sha(data):
@@ -126,7 +127,7 @@ def check_composed(plugin, dp, sr, leaf, parent, data, parent_bytes=None):
 def test_the_leaf_reads_as_the_parent_under_the_mirrors_writes(
         plugin, dp, sr):
     leaf, parent, data = received(plugin, sr, 1)
-    mirror(leaf, data, 1)
+    mirror(leaf, data, 1, bytes(data))
     plugin("Volume.compose", sr=sr, key=leaf["key"], key2=parent["key"])
     check_composed(plugin, dp, sr, leaf, parent, data)
 
@@ -134,7 +135,7 @@ def test_the_leaf_reads_as_the_parent_under_the_mirrors_writes(
 def test_a_compose_killed_after_each_change_is_finished_by_the_retry(
         plugin, dp, sr, tmp_path):
     leaf, parent, data = received(plugin, sr, 2)
-    mirror(leaf, data, 2)
+    mirror(leaf, data, 2, bytes(data))
     points, argvs = traced_points(plugin, "Volume.compose", tmp_path, sr=sr,
                                   key=leaf["key"], key2=parent["key"])
     assert any(a[1:3] == ["-m", "zfsng.rangecopy"] for a in argvs), argvs
@@ -142,7 +143,7 @@ def test_a_compose_killed_after_each_change_is_finished_by_the_retry(
     for n in played(points):
         leaf, parent, data = received(plugin, sr, 3 + n)
         copied = bytes(data)
-        mirror(leaf, data, 3 + n)
+        mirror(leaf, data, 3 + n, copied)
         killed = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
         args = dict(sr=sr, key=leaf["key"], key2=parent["key"])

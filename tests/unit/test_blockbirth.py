@@ -92,35 +92,3 @@ def test_an_unexpected_output_fails_typed(text):
 
 def test_an_empty_zvol_has_no_data():
     assert parse(output(), 0) == ([], [])
-
-
-def parse_holes(text, fromtxg):
-    pos = [0]
-
-    def read(n):
-        piece = text[pos[0]:pos[0] + n]
-        pos[0] += len(piece)
-        return piece
-    return blockbirth.parse(read, fromtxg, B, holes=True)
-
-
-def test_holes_born_after_the_txg_count_when_asked():
-    """A compose must zero what was freed since: the L0 hole born at 36."""
-    born, found = parse_holes(TREE, 30)
-    assert born == [(B, 4 * B)]
-    assert found == [(0, 2 * B), (3 * B, 4 * B), (5 * B, 6 * B)]
-    assert parse_holes(TREE, 36)[0] == [(3 * B, 4 * B)]
-
-
-def test_a_hole_above_level_0_is_not_a_change():
-    """Every block under it was freed: which of them had been written is
-    lost, so the span is left out (over-stating would zero data)."""
-    span = 1024 * B
-    text = output(data(0, 1, 40, fill=1, size=128 * K), data(0, 0, 40),
-                  hole(span, 1, 45), data(2 * span, 1, 50, fill=1,
-                                          size=128 * K),
-                  hole(2 * span, 0, 50), data(2 * span + B, 0, 20))
-    born, found = parse_holes(text, 44)
-    assert born == [(2 * span, 2 * span + B)]
-    assert found == [(0, B), (2 * span + B, 2 * span + 2 * B)]
-    assert parse(text, 44)[0] == []       # CBT's reading: data only

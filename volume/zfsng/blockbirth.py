@@ -24,14 +24,7 @@ Exactness. A block of ``to`` born at or before ``from``'s txg is the block
 ``from`` had at that offset (nothing wrote there since), so the changes
 from ``from`` to ``to`` are: the L0 data blocks born after ``from``, and
 the places where ``to`` has no data but ``from`` may have had some (the
-caller's allocation map of ``from``). CBT needs no more. A compose asks
-for more (``holes``): a block written after ``from`` and freed again is
-in neither. ZFS stamps the hole a free leaves where a block was with the
-txg of the free (feature hole_birth; dnode_sync.c free_blocks), so the
-level-0 holes born after ``from`` are exactly such blocks. Not a hole
-above level 0: once every block under an indirect block is freed, the
-indirect block itself becomes one hole (dbuf_write_children_ready zeroes
-it), and which of its blocks had been written is lost.
+caller's allocation map of ``from``). Hole births are not needed.
 
 zdb ignores a failed read of an indirect block (dump_indirect goes on
 without its children). Every block pointer carries its fill, the number
@@ -60,10 +53,9 @@ class _Tree(object):
     taken a block of text at a time (one regular expression over it): a
     large zvol prints millions."""
 
-    def __init__(self, fromtxg, block, holes=False):
+    def __init__(self, fromtxg, block):
         self.fromtxg = fromtxg
         self.block = block
-        self.holes = holes       # level-0 hole births count (``parse``)
         self.stack = []      # [level, fill, children's fill]
         self.data = [[-1, -1]]   # L0 data ranges, in order, merged
         self.born = []       # the same, born after fromtxg
@@ -74,7 +66,7 @@ class _Tree(object):
         if len(found) != text.count(b"\n") + 1:
             bad = [l for l in text.split(b"\n") if not re.match(_LINE, l)]
             raise _malformed("unreadable", bad[0] if bad else text)
-        fromtxg, block, holes = self.fromtxg, self.block, self.holes
+        fromtxg, block = self.fromtxg, self.block
         data, born, stack = self.data, self.born, self.stack
         top = stack[-1] if stack else None
         for offset, level, embedded, fill, birth in found:
@@ -88,9 +80,6 @@ class _Tree(object):
                         data.append([start, start + block])
                     if int(birth) > fromtxg:
                         _append(born, start, start + block)
-                elif holes and int(birth) > fromtxg:   # a hole
-                    start = int(offset, 16)
-                    _append(born, start, start + block)
                 continue
             level = int(level, 16)
             fill = 1 if embedded else int(fill or 0)
@@ -107,9 +96,6 @@ class _Tree(object):
                 _extend(data, start, start + block)
                 if int(birth) > fromtxg:
                     _append(born, start, start + block)
-            elif level == 0 and holes and int(birth) > fromtxg:
-                start = int(offset, 16)
-                _append(born, start, start + block)
             top = stack[-1] if stack else None
 
     def _close(self, level):
@@ -160,14 +146,13 @@ def _blocks(tree, buf):
     return "blocks", buf[cut + 1:] if cut >= 0 else buf
 
 
-def parse(read, fromtxg, block, holes=False):
+def parse(read, fromtxg, block):
     """(born, data) from zdb's output read by read(n): the range sets of
     the data object's L0 data blocks born after fromtxg, and of all of
-    them; block is the volblocksize. holes: born also has the level-0
-    holes born after fromtxg (blocks freed since). The output is
-    read as it comes (a large zvol prints millions of lines) and to its
-    end (zdb must not block on a full pipe)."""
-    tree = _Tree(fromtxg, block, holes)
+    them; block is the volblocksize. The output is read as it comes (a
+    large zvol prints millions of lines) and to its end (zdb must not
+    block on a full pipe)."""
+    tree = _Tree(fromtxg, block)
     state, buf = "header", b""     # then "blocks", then "after"
     while True:
         chunk = read(CHUNK)

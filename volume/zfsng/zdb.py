@@ -42,20 +42,18 @@ def _zdb_argv(dataset):
     return argv
 
 
-def born_since(txg, snapshot, block, bound, holes=False):
+def born_since(txg, snapshot, block, bound):
     """(born, data): the range sets of the snapshot's data blocks born
     after txg, and of all of them, from the birth times of its block
     pointers (``zdb -ddddd <snapshot> 1``, blockbirth): metadata only,
     read as it comes, within bound seconds. The snapshot must be on disk:
     zdb reads the pool from its disks, as the last synced txg left it
-    (``zfs snapshot`` returns once its txg synced). holes: born also
-    holds the level-0 holes born after txg (blockbirth.parse)."""
+    (``zfs snapshot`` returns once its txg synced)."""
     if snapshot.startswith("-") or "@" not in snapshot:
         raise errors.InternalError("not a snapshot name: %r" % snapshot)
     argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]
     result, found = runner.stream(
-        argv, lambda read: blockbirth.parse(read, txg, block, holes),
-        bound=bound)
+        argv, lambda read: blockbirth.parse(read, txg, block), bound=bound)
     if result.rc != 0:
         raise errors.ZfsError("zdb could not read the block tree of %s "
                               "(exit %d): %s" % (

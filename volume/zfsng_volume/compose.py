@@ -21,16 +21,14 @@ Datapath.import_activate has the leaf's tapdisk write into the leaf's
 512-byte blocks without compression, made empty for the mirror. Every
 sector written there is one block with a birth time, zeros too (with
 compression on, ZFS would store an all-zero write as a hole without a
-birth where nothing was: zio_write_compress), and a sector written then
-discarded is a hole born since (hole_birth), so it ends as zeros. Not
-when every sector under one of the sink's indirect blocks (512 KiB) was
-discarded: that indirect block becomes a single hole, which sectors had
-been written is lost, and the parent's data stays there (a discard
-leaves a sector's content undefined; tapdisk's mirror carries writes).
+birth where nothing was: zio_write_compress). Discards are not carried:
+tapdisk's mirror sends writes only, and ZFS keeps no trace of a block
+written and freed within one transaction group, so a discarded sector
+keeps the parent's data (a discard leaves its content undefined).
 
 ZFS-native and exact, at the cost of the mirror's writes, never of the
-disk's size: the sink's data blocks and level-0 born holes (``zdb``:
-metadata only) are the byte ranges the guest wrote; those alone are copied from
+disk's size: the sink's data blocks (``zdb``: metadata only) are the
+byte ranges the guest wrote; those alone are copied from
 the sink onto the parent's zvol (``rangecopy``); then the parent takes
 the leaf's uuid, labels and name, and the leaf's zvol goes with the
 dummy and the sink.
@@ -153,9 +151,8 @@ def _sink(sr, rows, leaf, key):
 
 def _written(snap, sink):
     """The range set of the sectors the mirror wrote into the sink (it
-    started empty): its data blocks and its level-0 holes born since,
-    within the disk."""
+    started empty): its data blocks, within the disk."""
     size, block = int(sink["volsize"]), int(sink["volblocksize"])
     bound = runner.allow(ZDB_RATE, size // block + 1)
-    born, _ = zdb.born_since(0, snap, block, bound, holes=True)
-    return blockmap.intersect(born, [(0, size)])
+    _, data = zdb.born_since(0, snap, block, bound)
+    return blockmap.intersect(data, [(0, size)])
