@@ -77,9 +77,15 @@ class Source(object):
            *args[1:])
 
     def close(self):
-        self.tap("close")
-        self.tap("detach")
-        sh("tap-ctl", "free", "-m", str(self.minor), check=False)
+        """SMAPIv1's detach: tap-ctl destroy (close, detach, free). A
+        tapdisk that took an NBD client's fd stays up idle: ended as
+        blktap2.py's TapCtl.shutdown would."""
+        sh("tap-ctl", "destroy", "-p", str(self.pid), "-m", str(self.minor))
+        for _ in range(50):
+            if not os.path.exists("/proc/%d" % self.pid):
+                return
+            time.sleep(0.1)
+        os.kill(self.pid, 15)
 
     def digest(self):
         with open(self.path, "rb") as f:
