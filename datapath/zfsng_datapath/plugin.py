@@ -4,8 +4,10 @@ from zfsng import VERSION, wire
 
 # NONPERSISTENT: xapi then delegates reset-on-boot to Datapath.open/close
 # (xapi-storage-script main.ml, epoch_begin/epoch_end) instead of cloning
-# the VDI at every VM start.
-FEATURES = ["NONPERSISTENT"]
+# the VDI at every VM start. VDI_MIRROR_IN: xapi-storage-script calls
+# Datapath.import_activate (a SMAPIv1 source's mirror into a leaf) only
+# if this lists it (mirrorin.py).
+FEATURES = ["NONPERSISTENT", "VDI_MIRROR_IN"]
 
 
 @wire.method("Plugin.Query")

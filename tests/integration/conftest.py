@@ -256,6 +256,7 @@ ONE_VERSION = (
     "test_nbd_read.py", "test_names_utf8.py", "test_name_limits.py",
     "test_large_vdi.py", "test_vdi_semantics.py", "test_cbt.py",
     "test_sr_lifecycle.py", "test_migrate_into.py", "test_migrate_out.py",
+    "test_migrate_from_v1.py",
 )
 BOTH_VERSIONS = (
     "test_cbt.py::test_block_births_list_exactly_what_both_snapshots_"

@@ -19,8 +19,8 @@ real tapdisk on both sides, in xapi's order (xen-api v26.1.4):
   Volume.compose(sr, key=leaf, key2=parent), Volume.destroy of the dummy
   (whose error xapi ignores).
 
-The source stands for a file SR: a raw file opened by tapdisk (aio:) on
-a ZFS filesystem beside the SR. The guest writes 4 KiB at sector
+The source stands for SMAPIv1's local ext SR: a raw file opened by
+tapdisk (aio:, O_DIRECT) on ext4, here on a zvol beside the SR. The guest writes 4 KiB at sector
 boundaries (smaller than the leaf's blocks), data or zeros, all the
 time. The migrated VDI must then hold what the source holds, byte for
 byte.
@@ -58,7 +58,12 @@ class Source(object):
     as SMAPIv1's blktap2.py does it (spawn, allocate, attach, open)."""
 
     def __init__(self, sr, seed):
-        sh("zfs", "create", "-o", "mountpoint=/mnt/v1sr", sr + "/v1sr")
+        self.dev = sr + "/v1sr"
+        sh("zfs", "create", "-V", str(4 * DISK), self.dev)
+        sh("udevadm", "settle")
+        sh("mkfs.ext4", "-q", "/dev/zvol/" + self.dev)
+        os.makedirs("/mnt/v1sr", exist_ok=True)
+        sh("mount", "/dev/zvol/" + self.dev, "/mnt/v1sr")
         self.path = "/mnt/v1sr/disk.raw"
         rng = random.Random(seed)
         with open(self.path, "wb") as f:
@@ -86,6 +91,10 @@ class Source(object):
                 return
             time.sleep(0.1)
         os.kill(self.pid, 15)
+
+    def remove(self):
+        sh("umount", "/mnt/v1sr")
+        sh("zfs", "destroy", self.dev)
 
     def digest(self):
         with open(self.path, "rb") as f:
@@ -206,7 +215,7 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
     finally:
         detach_dom0(dp, moved, call=once)
     plugin("Volume.destroy", sr=sr, key=leaf["key"])
-    sh("zfs", "destroy", "-r", sr + "/v1sr")
+    source.remove()
     assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
               sr).split() == [sr]
     nothing_left(sr)

@@ -53,7 +53,7 @@ def test_layout(root, dpplugin):
 def test_query(dpplugin):
     query = dpplugin("Plugin.Query")
     assert query["plugin"] == "zfs-ng"
-    assert query["features"] == ["NONPERSISTENT"]
+    assert query["features"] == ["NONPERSISTENT", "VDI_MIRROR_IN"]
 
 
 @pytest.mark.parametrize("method,args", [

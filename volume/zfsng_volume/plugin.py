@@ -15,10 +15,10 @@ FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             # storage migration (xapi_vm_migrate.ml wants VDI_MIRROR and
             # VDI_SNAPSHOT of a source SR, and VDI_MIRROR_IN, which
             # VDI_MIRROR satisfies, of a destination): the datapath's
-            # Data.mirror and Data.stat, and the Nbd of its attach. Not
-            # VDI_MIRROR_IN in the datapath's own Query: for xapi that
-            # means Datapath.import_activate, a SMAPIv1 source's mirror.
-            "VDI_MIRROR"]
+            # Data.mirror and Data.stat, and the Nbd of its attach; a
+            # SMAPIv1 source's mirror: the datapath's import_activate
+            # (VDI_MIRROR_IN in its own Query) and Volume.compose.
+            "VDI_MIRROR", "VDI_COMPOSE"]
 
 
 @wire.method("Plugin.Query")
