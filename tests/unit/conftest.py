@@ -34,7 +34,7 @@ import fakezfs  # noqa: E402
 GiB = fakezfs.GiB
 SR_UUID = "3f1d0c1e-7a52-4e3b-9c55-0a9e1d2b7c61"
 SR_UUID2 = "b7e4a9d2-1c3f-4d5e-8f60-718293a4b5c6"
-PROGRAMS = fakezfs.PROGRAMS
+PROGRAMS = fakezfs.PROGRAMS + (fakezfs.PYTHON,)
 
 
 def _refuse(argv, stdin_text=None):

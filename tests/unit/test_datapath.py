@@ -46,7 +46,8 @@ GiB, MiB = fakezfs.GiB, fakezfs.MiB
 GUEST = domain_of("vbd/7/xvda", "7")
 DOM0_VBD = domain_of("vbd/0/xvda", "0")
 DOM0 = domain_of("3f0c5a6e-9d1b-4c2a-8e7f-5b6a4c3d2e1f", "0")
-PROGRAMS = fakezfs.PROGRAMS + faketapctl.PROGRAMS + ("zvol_id",)
+PROGRAMS = fakezfs.PROGRAMS + faketapctl.PROGRAMS + ("zvol_id",
+                                                     fakezfs.PYTHON)
 
 
 # --- the fake host ----------------------------------------------------------

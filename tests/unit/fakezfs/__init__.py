@@ -65,9 +65,9 @@ from .disks import Disks
 from .model import (
     CLASSES, COMPONENT_RE, COMPRESSION_RE, DEFAULT_VOLBLOCKSIZE, FS_BASE,
     GROUP_MIN, LABELS, MAX_PROP_VALUE, MUTATING, NATIVE_CHOICES,
-    NATIVE_DEFAULTS, PROGRAMS, USER_PROP_RE, VOL_BASE, ZAP_MAXVALUELEN,
-    ZFS_MAXPROPLEN, ZFS_VERSION, CommandError, Dataset, Device, GiB, KiB,
-    Leaf, MiB, Pool, TiB, Vdev, _getopt, _head, _parent_name, _sort_key,
+    NATIVE_DEFAULTS, PROGRAMS, PYTHON, USER_PROP_RE, VOL_BASE,
+    ZAP_MAXVALUELEN, ZFS_MAXPROPLEN, ZFS_VERSION, CommandError, Dataset,
+    Device, GiB, KiB, Leaf, MiB, Pool, TiB, Vdev, _getopt, _head, _parent_name, _sort_key,
     _Unknown, nicenum, parse_size)
 from .streams import (
     SEND_BEGIN, SEND_END, SEND_END_OF_OBJECT, SEND_FREE, SEND_FREEOBJECTS,
@@ -78,7 +78,8 @@ from .zpool_commands import ZpoolCommands
 
 # What ``import fakezfs`` gives, as when the fake was one module.
 __all__ = [
-    "KiB", "MiB", "GiB", "TiB", "ZFS_VERSION", "PROGRAMS", "MUTATING",
+    "KiB", "MiB", "GiB", "TiB", "ZFS_VERSION", "PROGRAMS", "PYTHON",
+    "MUTATING",
     "FS_BASE", "VOL_BASE", "LABELS", "DEFAULT_VOLBLOCKSIZE", "GROUP_MIN",
     "CLASSES", "NATIVE_DEFAULTS", "COMPRESSION_RE", "NATIVE_CHOICES",
     "USER_PROP_RE", "COMPONENT_RE", "MAX_PROP_VALUE", "ZAP_MAXVALUELEN",

@@ -18,11 +18,13 @@ GiB = 1024 * MiB
 TiB = 1024 * GiB
 
 ZFS_VERSION = "zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n"
-# sys.executable: ``python3 -m zfsng.rangecopy``, which writes a zvol.
-PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm", "zdb",
-            sys.executable)
+PROGRAMS = ("zpool", "zfs", "lsblk", "blkid", "wipefs", "udevadm", "zdb")
+# The plugin's own interpreter runs ``-m zfsng.rangecopy``, which writes
+# a zvol (FakeZfs answers it too; not in PROGRAMS, which
+# tests/protocol/fakezfs_cmd.py installs wrappers for, by name).
+PYTHON = sys.executable
 MUTATING = {
-    (sys.executable, "-m"),
+    (PYTHON, "-m"),
     ("zpool", "create"), ("zpool", "import"), ("zpool", "export"),
     ("zpool", "destroy"), ("zpool", "labelclear"), ("zfs", "create"),
     ("zfs", "set"), ("zfs", "inherit"), ("zfs", "destroy"),
