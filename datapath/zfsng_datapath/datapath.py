@@ -97,7 +97,10 @@ def _release_tapdisk(st):
         if row is not None:
             if row.is_open:
                 tapctl.close(pid, minor)
-            tapctl.detach(pid, minor)   # its last VBD: the tapdisk exits
+            tapctl.detach(pid, minor)   # its last VBD: the tapdisk exits,
+            view = tapctl.view()        # unless an NBD client it was
+            if view.tapdisk_idle(pid):  # passed (a migration's) holds it
+                tapctl.terminate(pid)
         elif view.tapdisk_idle(pid) and not st.get("attached"):
             tapctl.terminate(pid)       # spawned, never attached
         if minor is not None:

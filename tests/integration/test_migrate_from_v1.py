@@ -86,11 +86,13 @@ class Source(object):
         tapdisk that took an NBD client's fd stays up idle: ended as
         blktap2.py's TapCtl.shutdown would."""
         sh("tap-ctl", "destroy", "-p", str(self.pid), "-m", str(self.minor))
-        for _ in range(50):
-            if not os.path.exists("/proc/%d" % self.pid):
-                return
-            time.sleep(0.1)
-        os.kill(self.pid, 15)
+        for sig in (0, 15, 9):
+            if sig:
+                os.kill(self.pid, sig)
+            for _ in range(50):
+                if not os.path.exists("/proc/%d" % self.pid):
+                    return
+                time.sleep(0.1)
 
     def remove(self):
         sh("umount", "/mnt/v1sr")
@@ -216,6 +218,7 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
         detach_dom0(dp, moved, call=once)
     plugin("Volume.destroy", sr=sr, key=leaf["key"])
     source.remove()
+    assert not os.path.exists("/proc/%d" % source.pid)
     assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
               sr).split() == [sr]
     nothing_left(sr)

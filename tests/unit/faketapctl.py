@@ -65,6 +65,9 @@ class FakeTapCtl(object):
         self.calls = []
         self.unknown = []
         self.injected = []            # [argv prefix, errno, times]
+        # tapdisks that stay up idle after their last VBD goes (one an
+        # NBD client's fd was passed to, as in a migration)
+        self.lingering = set()
 
     # --- runner interface ----------------------------------------------------
 
@@ -267,7 +270,7 @@ class FakeTapCtl(object):
         if vbd["args"] is not None:
             raise _Errno(errno.EINVAL)
         del vbds[minor]
-        if not vbds:
+        if not vbds and pid not in self.lingering:
             del self.tapdisks[pid]       # its last VBD: tapdisk exits
         return ""
 

@@ -139,3 +139,17 @@ def test_the_whole_receive_composes_the_leaf(host, vdi):
     assert sorted(blocks) == list(range(8)) and \
         all(d for _, d in blocks.values())
     assert not host.zfs.exists(meta.sink_name(sr, vol["key"]))
+
+
+def test_a_leaf_tapdisk_that_stays_up_after_detach_is_ended(host, vdi):
+    """A tapdisk that served a passed NBD connection may stay up with no
+    VBD: detach ends it, as it ends one it spawned and never attached."""
+    sr, vol = vdi
+    receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    pid = served(host)[2]
+    host.tap.lingering.add(pid)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    assert pid not in host.tap.tapdisks
+    assert ["kill", "-TERM", str(pid)] in host.calls

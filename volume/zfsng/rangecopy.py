@@ -67,7 +67,12 @@ def _ranges(text):
 
 
 def main(argv):
-    """The process: argv is ``[-- source target]``."""
+    """The process: argv is ``[-- source target]``. Its own commands
+    (zvol_id) are not the call's: a test's crash point and command trace
+    count the plugin's commands only (testhooks)."""
+    for hook in ("ZFSNG_CRASH_AFTER", "ZFSNG_TRACE"):
+        os.environ.pop(hook, None)
+    runner.set_runner(runner.SubprocessRunner())
     if len(argv) != 3 or argv[0] != "--":
         log.error("usage: python3 -m zfsng.rangecopy -- SOURCE TARGET "
                   "< ranges.json")
