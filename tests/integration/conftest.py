@@ -307,6 +307,11 @@ def _check_both_versions(items):
 # the receive side; the relay's failures are also played against a real
 # NBD server by tests/protocol.
 BEYOND_CHECK = (
+    # Volume.compose killed after each change: 160-240 s a version; the
+    # unit tests kill it after every command, make check keeps the
+    # byte-for-byte compose and the migration in from a SMAPIv1 SR
+    "test_compose.py::test_a_compose_killed_after_each_change_is_finished_"
+    "by_the_retry",
     "test_migrate_out.py::test_a_running_vms_disk_moves_to_any_nbd_"
     "destination",
     "test_migrate_out.py::test_a_failed_mirror_leaves_the_vm_running_and_"

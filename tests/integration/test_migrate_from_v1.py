@@ -17,7 +17,8 @@ real tapdisk on both sides, in xapi's order (xen-api v26.1.4):
 - the VM stops writing (its memory moves), the source's tapdisk closes;
   receive_finalize: Datapath.deactivate and detach of the leaf,
   Volume.compose(sr, key=leaf, key2=parent), Volume.destroy of the dummy
-  (whose error xapi ignores).
+  (whose error xapi ignores), VDI.remove_from_sm_config of the leaf's
+  base_mirror (Volume.unset of ``_sm_config_base_mirror``).
 
 The source stands for SMAPIv1's local ext SR: a raw file opened by
 tapdisk (aio:, O_DIRECT) on ext4, here on a zvol beside the SR. The guest writes 4 KiB at sector
@@ -207,6 +208,9 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
         plugin("Volume.destroy", sr=sr, key=dummy["key"])
     except Exception:
         pass                                 # xapi ignores it
+    # remove_from_sm_config leaf base_mirror (main.ml: a prefixed key)
+    plugin("Volume.unset", sr=sr, key=leaf["key"],
+           k="_sm_config_base_mirror")
     listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
     assert list(listed) == [leaf["key"]]
     moved = listed[leaf["key"]]

@@ -135,6 +135,10 @@ def test_the_whole_receive_composes_the_leaf(host, vdi):
     dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
     call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
     assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
+    with pytest.raises(errors.Volume_does_not_exist):   # no VDI any more
+        call("Volume.stat", sr=sr, key=parent["key"])
+    # receive_finalize's last call: remove_from_sm_config, a key never set
+    call("Volume.unset", sr=sr, key=vol["key"], k="_sm_config_base_mirror")
     blocks = host.zfs.dataset(meta.vdi_dataset(sr, vol["key"])).blocks
     assert sorted(blocks) == list(range(8)) and \
         all(d for _, d in blocks.values())
