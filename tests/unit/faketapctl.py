@@ -202,14 +202,28 @@ class FakeTapCtl(object):
         vbds[minor] = {"args": None, "readonly": False, "state": 0}
         return ""
 
+    def _vbd(self, opts):
+        """The VBD -p/-m of opts names (ENODEV: no such VBD)."""
+        vbd = self._tapdisk(self._int(opts, "p")).get(self._int(opts, "m"))
+        if vbd is None:
+            raise _Errno(errno.ENODEV)
+        return vbd
+
+    @staticmethod
+    def _image_path(spec):
+        """The path of an image argument <type>:<path> (EINVAL: a type
+        tapdisk does not know)."""
+        kind, sep, path = spec.partition(":")
+        if not sep or kind not in ("aio", "vhd", "qcow2"):
+            raise _Errno(errno.EINVAL)
+        return path
+
     def _open(self, args):
         opts = self._opts(args, "a:RDm:p:e:r2:st:C:Eh")
         pid, minor = self._int(opts, "p"), self._int(opts, "m")
         if "a" not in opts:
             raise _Errno(errno.EINVAL)
-        kind, sep, path = opts["a"].partition(":")
-        if not sep or kind not in ("aio", "vhd", "qcow2"):
-            raise _Errno(errno.EINVAL)
+        path = self._image_path(opts["a"])
         vbd = self._tapdisk(pid).get(minor)
         if vbd is None:
             raise _Errno(errno.EINVAL)
@@ -222,11 +236,7 @@ class FakeTapCtl(object):
         return ""
 
     def _close(self, args):
-        opts = self._opts(args, "p:m:ft:h")
-        pid, minor = self._int(opts, "p"), self._int(opts, "m")
-        vbd = self._tapdisk(pid).get(minor)
-        if vbd is None:
-            raise _Errno(errno.ENODEV)
+        vbd = self._vbd(self._opts(args, "p:m:ft:h"))
         if vbd["args"] is None:
             return ""                    # already closed: done
         vbd["args"], vbd["readonly"] = None, False
@@ -235,26 +245,18 @@ class FakeTapCtl(object):
 
     def _pause(self, args):
         """Quiesce: the image closes, the VBD keeps its name (args)."""
-        opts = self._opts(args, "p:m:h")
-        vbd = self._tapdisk(self._int(opts, "p")).get(self._int(opts, "m"))
-        if vbd is None:
-            raise _Errno(errno.ENODEV)
+        vbd = self._vbd(self._opts(args, "p:m:h"))
         vbd["state"] = vbd.get("state", 0) | PAUSED
         return ""
 
     def _unpause(self, args):
         """Reopen (-a: another image, the VBD's new name) and resume."""
         opts = self._opts(args, "p:m:a:2:c:h")
-        vbd = self._tapdisk(self._int(opts, "p")).get(self._int(opts, "m"))
-        if vbd is None:
-            raise _Errno(errno.ENODEV)
+        vbd = self._vbd(opts)
         if not vbd.get("state", 0) & PAUSED:
             raise _Errno(errno.EINVAL)
         if "a" in opts:
-            kind, sep, path = opts["a"].partition(":")
-            if not sep or kind not in ("aio", "vhd", "qcow2"):
-                raise _Errno(errno.EINVAL)
-            if not self.exists(path):
+            if not self.exists(self._image_path(opts["a"])):
                 raise _Errno(errno.ENOENT)
             vbd["args"] = opts["a"]
         vbd["state"] = 0
