@@ -50,15 +50,25 @@ for c in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils \
     debootstrap:debootstrap mke2fs:e2fsprogs flock:util-linux; do
     command -v "${c%%:*}" >/dev/null 2>&1 || need+=("${c#*:}")
 done
+mkdir -p "$cache_root"
 if [ ${#need[@]} -gt 0 ]; then
-    log "installing host packages: ${need[*]}"
-    apt-get update >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y qemu-system-x86 qemu-utils \
-        debootstrap e2fsprogs >&2
+    # make check builds both versions at once on a fresh machine: one apt
+    # at a time (apt refuses a second one outright), the second finding
+    # the packages there
+    exec 8>"$cache_root/.host-packages.lock"
+    flock 8
+    if ! command -v qemu-system-x86_64 >/dev/null 2>&1 ||
+        ! command -v qemu-img >/dev/null 2>&1 ||
+        ! command -v debootstrap >/dev/null 2>&1; then
+        log "installing host packages: ${need[*]}"
+        apt-get update >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y qemu-system-x86 \
+            qemu-utils debootstrap e2fsprogs >&2
+    fi
+    exec 8>&-
 fi
 
 # --- one builder per image: concurrent callers wait, then reuse ------------
-mkdir -p "$cache_root"
 one_builder "$cache_root/zfs-$ver-$hash.lock" "$final"
 
 # --- the Debian mirror: from the host's apt configuration ------------------
