@@ -8,6 +8,7 @@ time.
 """
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -73,6 +74,50 @@ def test_what_is_served_and_installed():
 def test_each_plugin_answers_plugin_query_with_its_own_function():
     assert volmain.handlers()["Plugin.Query"] is plugin.query
     assert dpmain.handlers()["Plugin.Query"] is dpplugin.query
+
+
+ENTRY = {"zfsng_volume": volmain, "zfsng_datapath": dpmain}
+
+
+@pytest.mark.parametrize("package", sorted(PLUGINS))
+def test_the_entry_points_table_names_each_methods_own_module(package):
+    """MODULES (which module a call loads) is what the modules register:
+    each implemented method under the module of its function, once."""
+    modules = ENTRY[package].MODULES
+    listed = [(name, module) for module, names in modules.items()
+              for name in names]
+    assert len(listed) == len(set(name for name, _ in listed))
+    registered = PLUGINS[package][0]()
+    assert dict(listed) == dict(
+        (name, function.__module__.split(".", 1)[1])
+        for name, function in registered.items())
+
+
+@pytest.mark.parametrize("package, method, loaded, not_loaded", [
+    ("zfsng_volume", "Plugin.Query", "plugin", ["sr", "volume", "cbt"]),
+    ("zfsng_volume", "Volume.stat", "volume", ["sr", "cbt", "compose"]),
+    ("zfsng_volume", "SR.stat", "sr", ["cbt", "compose", "probe"]),
+    ("zfsng_datapath", "Data.stat", "mirror", ["datapath", "mirrorin"]),
+    ("zfsng_datapath", "Datapath.attach", "datapath",
+     ["mirror", "mirrorin"]),
+])
+def test_a_call_loads_its_own_module_only(package, method, loaded,
+                                          not_loaded):
+    """In a new interpreter, as every xapi call starts: the entry point
+    loads the method's module, not the others (start-up is paid by every
+    call)."""
+    code = ("import sys\nfrom %s import main\ntable = main.handlers_for(%r)"
+            "\nprint(table[%r].__module__)\n"
+            "print(' '.join(sorted(sys.modules)))" % (package, method,
+                                                      method))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(TOP, "volume"), os.path.join(TOP, "datapath")]))
+    out = subprocess.check_output([sys.executable, "-c", code], env=env,
+                                  universal_newlines=True).splitlines()
+    assert out[0] == "%s.%s" % (package, loaded)
+    modules = out[1].split()
+    for other in not_loaded:
+        assert "%s.%s" % (package, other) not in modules
 
 
 def test_the_plugin_trees_hold_only_the_entry_scripts():

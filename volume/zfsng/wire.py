@@ -305,6 +305,17 @@ def handlers(package):
             if owner == package}
 
 
+def load_handlers(package, modules, method):
+    """The dispatch table of package once the module that implements
+    method is imported: modules maps each of package's modules to the
+    methods it implements (its entry point's table). A method in none
+    (one of UNIMPLEMENTED) loads nothing."""
+    for module, names in modules.items():
+        if method in names:
+            __import__(package + "." + module)
+    return handlers(package)
+
+
 def resolve_method(name, interfaces):
     """The canonical method for an executable name (lookup ignores case)."""
     for method in methods_of(interfaces):
@@ -419,7 +430,9 @@ def _read_args():
 
 
 def main(argv, interfaces, handlers):
-    """Entry point of every method executable; returns the exit status."""
+    """Entry point of every method executable; returns the exit status.
+    handlers: the dispatch table, or a function of the method that
+    returns it (the entry points load only the called method's module)."""
     runner.start_call()   # the call's deadline: see runner
     name = os.path.basename(argv[0])
     method = resolve_method(name, interfaces)
@@ -434,7 +447,8 @@ def main(argv, interfaces, handlers):
                          % (name, method))
         return 2
     try:
-        result = call(method, _read_args(), handlers)
+        table = handlers(method) if callable(handlers) else handlers
+        result = call(method, _read_args(), table)
     except errors.StorageError as exc:
         log.error("%s failed: %s %s", method, exc.code, exc.params())
         _write(error_object(exc))
