@@ -1,7 +1,8 @@
 """zfs-ng benchmark suite, run inside the ZFS guest by ``make bench``.
 
     python3 tests/bench/main.py --root DESTDIR --device DISK --out DIR
-        [--sections datapath,rawfile,volblocksize,control,cbt,migrate] [--runs N] [--quick]
+        [--sections datapath,rawfile,volblocksize,control,cbt,migrate,
+                    compose] [--runs N] [--quick]
 
 Creates one SR on DISK through the installed plugin, runs each section on
 that same pool, and writes DIR/results.json: every figure with its repeats
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 SECTIONS = ["datapath", "rawfile", "volblocksize", "control", "cbt",
-            "migrate"]
+            "migrate", "compose"]
 
 
 def conditions(args):

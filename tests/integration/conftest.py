@@ -3,7 +3,10 @@
 The guest has real OpenZFS and spare virtio disks /dev/disk/by-id/
 virtio-zfsng-d1..dN (tests/guest/run.sh). Every test starts and ends with
 those disks blank: tapdisks ended, pools on them destroyed and labels
-wiped by the ``disks`` fixture, whatever the test did.
+wiped by the ``disks`` fixture, whatever the test did. One exception: the
+SR a module's VDI tests share (one_disk_sr) stays on the first disk from
+one test to the next, emptied and checked after each, and goes at the
+module's end or as soon as a test leaves it other than it was made.
 """
 
 import glob
@@ -84,13 +87,18 @@ def end_blktap():
         sh("tap-ctl", "free", "-m", minor, check=False)
 
 
-def wipe(disks):
-    """Leave disks blank: no tapdisk, no pool, no partition, no signature.
+def wipe(disks, keep=None):
+    """Leave disks blank: no tapdisk, no pool, no partition, no signature,
+    but for the disks of pool keep (the module's shared SR) if given.
     A disk already blank (see blank) costs no command: every test wipes
     all six disks before and after it, and under emulation each command
     costs a good part of a second."""
     end_blktap()
-    for pool in pools_on(disks):
+    if keep:
+        kept = set(os.path.realpath(leaf) for leaf in leaves(keep))
+        disks = [d for d in disks
+                 if not any(k.startswith(os.path.realpath(d)) for k in kept)]
+    for pool in pools_on(disks) - set([keep]):
         sh("zpool", "destroy", "-f", pool, check=False)
     dirty = [disk for disk in disks if not blank(disk)]
     for disk in dirty:
@@ -354,11 +362,23 @@ def plugin():
 
 
 @pytest.fixture
-def disks():
+def disks(request):
+    """The spare disks, blank but for the module's shared SR when this
+    test asks for it (its ``sr`` fixture: see one_disk_sr)."""
     found = all_disks()
-    wipe(found)
+    if "sr" not in request.fixturenames:
+        SHARED.drop()
+    wipe(found, SHARED.pool())
     yield found
-    wipe(found)
+    wipe(found, SHARED.pool())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_sr_ends_with_its_module():
+    yield
+    if SHARED.pool():
+        SHARED.drop()
+        wipe(all_disks())
 
 
 @pytest.fixture
@@ -376,13 +396,74 @@ def dp():
                   env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
 
 
+class SharedSR(object):
+    """The SR a module's tests share (one_disk_sr), kept from one test to
+    the next: making one costs about 10 s under emulation (SR.create, then
+    SR.attach and its SR.stat), wiping it 3 to 4 more, and emptying it a
+    second or two. After each test every tapdisk ends and every dataset
+    under the pool goes; the SR is kept only if the pool is then as the
+    SR.attach left it (health, no dataset, the same local properties of
+    pool and root dataset), else it is destroyed and the next test makes
+    its own."""
+
+    def __init__(self):
+        self.name = self.answer = self.made = None
+
+    def pool(self):
+        return self.name
+
+    def drop(self):
+        if self.name:
+            end_blktap()
+            sh("zpool", "destroy", "-f", self.name, check=False)
+        self.name = self.answer = self.made = None
+
+    @staticmethod
+    def state(name):
+        """What a test must leave as it found: the pool's health, its
+        datasets (the root only) and what was set on it."""
+        return (sh("zpool", "list", "-H", "-o", "health", name),
+                sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
+                   name),
+                sh("zpool", "get", "-H", "-o", "property,value", "-s",
+                   "local", "all", name),
+                sh("zfs", "get", "-H", "-o", "property,value", "-s",
+                   "local", "all", name))
+
+    def keep(self, name, answer):
+        self.name, self.answer, self.made = name, answer, self.state(name)
+
+    def empty(self):
+        """After a test: end every tapdisk, destroy every dataset under the
+        pool, wait for ZFS to free their space; keep the SR if that leaves
+        it as it was made."""
+        end_blktap()
+        for _ in range(3):      # -R also takes clones of a child's snapshots
+            names = sh("zfs", "list", "-H", "-o", "name", "-d", "1", "-t",
+                       "filesystem,volume", self.name, check=False).split()
+            for child in names[1:]:
+                sh("zfs", "destroy", "-R", "-f", child, check=False)
+        sh("zpool", "wait", "-t", "free", self.name, check=False)
+        if sh("zpool", "list", "-H", "-o", "name", check=False).split() \
+                .count(self.name) != 1 or self.state(self.name) != self.made:
+            self.drop()
+
+
+SHARED = SharedSR()
+
+
 def one_disk_sr(plugin, disks, new_uuid, name):
     """A fixture's body: an SR (and pool) called name on the first spare
-    disk, attached; its pool destroyed afterwards."""
-    stored = plugin("SR.create", uuid=new_uuid(), name=name,
-                    description="", configuration={"device": disks[0]})
-    yield plugin("SR.attach", configuration=stored)
-    sh("zpool", "destroy", "-f", name, check=False)
+    disk, attached; emptied after the test and kept for the module's next
+    test that asks for it (SharedSR), destroyed at the module's end."""
+    if SHARED.pool() != name:
+        SHARED.drop()
+        wipe(disks)
+        stored = plugin("SR.create", uuid=new_uuid(), name=name,
+                        description="", configuration={"device": disks[0]})
+        SHARED.keep(name, plugin("SR.attach", configuration=stored))
+    yield SHARED.answer
+    SHARED.empty()
 
 
 @pytest.fixture
