@@ -65,11 +65,14 @@ define install_package
 endef
 
 # $(call install_plugin,<plugin dir>,<entry script>,<package>,<source dir>):
-# the entry script with dom0's interpreter, one symlink to it per method the
-# package serves, and the package's modules.
+# the entry script with dom0's interpreter, run with -S, and the directory
+# the package goes to (the script adds it: no site module), one symlink to
+# it per method the package serves, and the package's modules.
 define install_plugin
 	install -d $(DESTDIR)$(LIBEXEC)/$(1)
-	sed '1s|^#!.*|#!$(PLUGIN_PYTHON)|' plugins/$(1)/$(2) >$(DESTDIR)$(LIBEXEC)/$(1)/$(2)
+	sed -e '1s|^#!.*|#!$(PLUGIN_PYTHON) -S|' \
+	    -e 's|^SITELIB = .*|SITELIB = "$(PYTHON_SITELIB)"|' \
+	    plugins/$(1)/$(2) >$(DESTDIR)$(LIBEXEC)/$(1)/$(2)
 	chmod 0755 $(DESTDIR)$(LIBEXEC)/$(1)/$(2)
 	methods=$$($(METHODS_OF) $(3)) && [ -n "$$methods" ] && \
 	    for f in $$methods; do \

@@ -37,10 +37,10 @@ def prop(dataset, name):
 
 def test_the_plugin_runs_python36_in_the_c_locale(plugin):
     with open(plugin.dir + "/volume.py") as f:
-        interpreter = f.readline()[2:].strip()
-    out = sh(interpreter, "-c", "import sys; print(sys.version_info[:2], "
-             "sys.stdin.encoding)", env=plugin.env)
-    assert out == "(3, 6) ANSI_X3.4-1968\n"
+        interpreter = f.readline()[2:].split()     # python3.6 -S
+    out = sh(*interpreter, "-c", "import sys; print(sys.version_info[:2], "
+             "sys.stdin.encoding, sys.flags.no_site)", env=plugin.env)
+    assert out == "(3, 6) ANSI_X3.4-1968 1\n"
 
 
 def test_names_and_keys_round_trip(plugin, sr):

@@ -77,10 +77,11 @@ def test_the_executables_really_run_python36_in_the_c_locale(world):
     plugin, _ = world
     script = os.path.join(plugin.dir, "volume.py")
     with open(script) as f:
-        interpreter = f.readline()[2:].strip()
-    code = "import sys; print(sys.version_info[:2], sys.stdin.encoding)"
-    out = subprocess.check_output([interpreter, "-c", code], env=plugin.env)
-    assert out.decode() == "(3, 6) ANSI_X3.4-1968\n"   # ASCII stdin
+        interpreter = f.readline()[2:].split()     # python3.6 -S
+    code = ("import sys; print(sys.version_info[:2], sys.stdin.encoding, "
+            "sys.flags.no_site)")
+    out = subprocess.check_output(interpreter + ["-c", code], env=plugin.env)
+    assert out.decode() == "(3, 6) ANSI_X3.4-1968 1\n"   # ASCII stdin
 
 
 def test_sr_name_and_description_round_trip(world, sr):

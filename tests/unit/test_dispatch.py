@@ -7,6 +7,7 @@ fails here: without this test it would only answer Unimplemented at run
 time.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -118,6 +119,28 @@ def test_a_call_loads_its_own_module_only(package, method, loaded,
     modules = out[1].split()
     for other in not_loaded:
         assert "%s.%s" % (package, other) not in modules
+
+
+def test_an_installed_entry_point_needs_no_site_module(tmp_path):
+    """make install writes the interpreter with -S and the directory the
+    package went to into each entry script: a call then runs without the
+    site module's start-up and without PYTHONPATH."""
+    prefix = str(tmp_path / "usr")
+    subprocess.check_call(["make", "-s", "--no-print-directory", "-C", TOP,
+                           "install", "PREFIX=" + prefix,
+                           "PLUGIN_PYTHON=" + sys.executable])
+    env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
+    for tree, script in [("volume/org.xen.xapi.storage.zfs-ng", "volume.py"),
+                         ("datapath/zfs-ng", "datapath.py")]:
+        here = os.path.join(prefix, "libexec/xapi-storage-script", tree)
+        with open(os.path.join(here, script)) as f:
+            assert f.readline() == "#!%s -S\n" % sys.executable
+        proc = subprocess.run([os.path.join(here, "Plugin.Query"), "--json"],
+                              input=b'{"dbg": "t"}', stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.decode())["required_api_version"] == \
+            "5.0"
 
 
 def test_the_plugin_trees_hold_only_the_entry_scripts():
