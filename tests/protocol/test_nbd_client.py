@@ -40,13 +40,26 @@ def served(tmp_path):
                              "--cache=none", "--aio=threads", "-t", image],
                             stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    while not os.path.exists(sock):
+    while not _listening(sock):     # the socket's file comes before listen
         assert proc.poll() is None, proc.stderr.read()
         assert time.monotonic() < deadline, "qemu-nbd did not start"
         time.sleep(0.05)
     yield sock, image
     proc.terminate()
     proc.wait(timeout=30)
+
+
+def _listening(path):
+    """Whether a server accepts connections on the unix socket path (-t:
+    qemu-nbd serves the next client once this probe closes)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def image_bytes(path):
