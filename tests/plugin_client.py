@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 VOLUME_PLUGIN = "usr/libexec/xapi-storage-script/volume/org.xen.xapi.storage.zfs-ng"
 SITELIB = "usr/lib/python3.6/site-packages"
@@ -65,11 +66,20 @@ class Plugin(object):
         """Run the executable; return (rc, stdout, stderr) as text.
 
         The arguments go as xapi-storage-script writes them: non-ASCII as
-        UTF-8 bytes, not \\u escapes. Both outputs must be UTF-8."""
+        UTF-8 bytes, not \\u escapes. Both outputs must be UTF-8.
+        With ZFSNG_CALL_LOG set, each call appends a line (the test, the
+        method, its seconds) to that file: what a suite's calls cost
+        (TESTING.md)."""
+        start = time.time()
         proc = subprocess.run(
             [os.path.join(self.dir, method)] + list(argv_extra),
             input=json.dumps(args, ensure_ascii=False).encode("utf-8"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+        if os.environ.get("ZFSNG_CALL_LOG"):
+            with open(os.environ["ZFSNG_CALL_LOG"], "a") as log:
+                log.write("%s\t%s\t%.3f\n" % (
+                    os.environ.get("PYTEST_CURRENT_TEST", "-"), method,
+                    time.time() - start))
         return (proc.returncode, proc.stdout.decode("utf-8"),
                 proc.stderr.decode("utf-8"))
 

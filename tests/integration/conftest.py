@@ -422,11 +422,13 @@ class SharedSR(object):
     def state(name):
         """What a test must leave as it found: the pool's health, its
         datasets (the root only) and what was set on it."""
+        pool = [line for line in sh("zpool", "get", "-H", "-o",
+                                    "property,value,source", "all",
+                                    name).splitlines()
+                if line.endswith("\tlocal")]   # zpool get has no -s
         return (sh("zpool", "list", "-H", "-o", "health", name),
                 sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
-                   name),
-                sh("zpool", "get", "-H", "-o", "property,value", "-s",
-                   "local", "all", name),
+                   name), pool,
                 sh("zfs", "get", "-H", "-o", "property,value", "-s",
                    "local", "all", name))
 
@@ -441,6 +443,8 @@ class SharedSR(object):
         for _ in range(3):      # -R also takes clones of a child's snapshots
             names = sh("zfs", "list", "-H", "-o", "name", "-d", "1", "-t",
                        "filesystem,volume", self.name, check=False).split()
+            if len(names) < 2:
+                break
             for child in names[1:]:
                 sh("zfs", "destroy", "-R", "-f", child, check=False)
         sh("zpool", "wait", "-t", "free", self.name, check=False)
