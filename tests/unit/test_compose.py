@@ -10,7 +10,7 @@ the leaf's own data where the leaf wrote, the parent's elsewhere.
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import collect, errors, inventory, lock, meta, rangecopy
 
 import fakezfs
 from conftest import call
@@ -107,6 +107,51 @@ def test_the_leaf_keeps_its_identity_with_the_parent_under_its_writes(
     assert garbage(fake, sr) == []
     destroy_everything(sr)
     assert_only_the_sr_is_left(fake, sr)
+
+
+def test_other_calls_go_on_while_the_writes_are_copied(fake, sr,
+                                                       monkeypatch):
+    """The copy runs outside the SR lock: another call takes the lock
+    meanwhile, and its collector leaves the sink's snapshot alone."""
+    leaf, _, parent, _ = received(fake, sr, parent_writes=[(0, 8)],
+                                  mirror_writes=[(3, 1), (40, 8)])
+    snap = meta.compose_snapshot(meta.sink_name(sr, leaf))
+    monkeypatch.setattr(lock, "WAIT", 0.2)
+    seen = []
+    real = rangecopy.copy
+
+    def copy(source, target, ranges):
+        with lock.sr_lock(sr):              # SrBusy if compose held it
+            collect.collect(sr, inventory.rows(sr))
+            seen.append(fake.exists(snap))
+        return real(source, target, ranges)
+
+    monkeypatch.setattr(rangecopy, "copy", copy)
+    assert compose(sr, leaf, parent) is None
+    assert seen == [True]
+    assert sorted(listed(sr)) == [leaf]
+
+
+def test_a_snapshot_gone_during_the_copy_stops_the_commit(fake, sr,
+                                                          monkeypatch):
+    """Destroyed by hand while the writes were copied: nothing is
+    committed, and the next compose copies again."""
+    leaf, _, parent, _ = received(fake, sr, parent_writes=[(0, 8)],
+                                  mirror_writes=[(3, 1)])
+    snap = meta.compose_snapshot(meta.sink_name(sr, leaf))
+    real = rangecopy.copy
+
+    def copy(source, target, ranges):
+        real(source, target, ranges)
+        fake.admin("zfs destroy %s" % snap)
+
+    monkeypatch.setattr(rangecopy, "copy", copy)
+    with pytest.raises(errors.DatasetNotFound):
+        compose(sr, leaf, parent)
+    assert {leaf, parent} <= set(listed(sr))
+    monkeypatch.setattr(rangecopy, "copy", real)
+    assert compose(sr, leaf, parent) is None
+    assert sorted(listed(sr)) == [leaf]
 
 
 @pytest.mark.parametrize("sink", ["compressed", "none", "unmarked"])

@@ -36,10 +36,11 @@ dummy and the sink.
 Steps, each one command, and what a crash after each leaves:
 1. snapshot the sink, ``<sink>@zfsng-compose`` (zdb reads what is on
    disk). Internal: the collector frees it if nothing follows.
-2. copy the written ranges onto the parent, flushed. All three VDIs are
-   still what they were; a compose called again copies again (the sink
-   has not changed), xapi's receive_cancel destroys them (and the
-   collector the sink, once its leaf is gone).
+2. copy the written ranges onto the parent, flushed, outside the SR
+   lock (see compose). All three VDIs are still what they were; a
+   compose called again copies again (the sink has not changed), xapi's
+   receive_cancel destroys them (and the collector the sink, once its
+   leaf is gone).
 3. one ``zfs set`` on the parent: the leaf's uuid and labels, and
    COMPOSE_INTO. From here on the compose is finished forward
    (``collect.finish_compose``, run here at once, and by the collector of
@@ -49,7 +50,7 @@ Steps, each one command, and what a crash after each leaves:
    zvol is gone (``meta.is_composing``).
 """
 
-from zfsng import blockmap, collect, errors, inventory, log, meta, \
+from zfsng import blockmap, collect, errors, inventory, lock, log, meta, \
     rangecopy, runner, wire, zdb, zfs
 from zfsng_volume import volume as vol
 
@@ -60,29 +61,56 @@ LABELS = (meta.VDI_NAME, meta.VDI_DESCRIPTION, meta.VDI_KEYS,
 
 @wire.method("Volume.compose")
 def compose(dbg, sr, key, key2):
-    """key: the leaf (xapi's child), key2: the parent."""
-    with vol.locked(sr):
-        inventory.sr_row(sr)
-        rows = inventory.rows(sr)
-        if collect.needed(rows):   # a compose cut short finishes first
-            collect.collect(sr, rows)
-            rows = inventory.rows(sr)
-        leaf, parent = _pair(sr, rows, key, key2)
-        _check_leaf_snapshots(rows, leaf, key)
-        sink = _sink(sr, rows, leaf, key)
-        snap = meta.compose_snapshot(sink["name"])
-        if not any(r["name"] == snap for r in rows):
-            zfs.snapshot(snap)
+    """key: the leaf (xapi's child), key2: the parent.
+
+    The SR lock is held to check and snapshot the sink, and again to
+    check and commit, not while the written ranges are read and copied:
+    that takes as long as the mirror's writes take to copy (minutes after
+    a long migration), and every other call on the SR, VM starts among
+    them, would wait. Meanwhile lock.reading keeps the collector off the
+    sink's snapshot; a change to the three volumes in between fails the
+    second check, before the commit."""
+    snap = meta.compose_snapshot(meta.sink_name(sr, key))
+    with lock.reading(snap):
+        with vol.locked(sr):
+            _, parent, sink = _checked(sr, key, key2)
+            if not zfs.exists(snap):
+                zfs.snapshot(snap)
         ranges = _written(snap, sink)
         log.info("compose %s onto %s: %d bytes in %d ranges", sink["name"],
                  parent["name"], blockmap.total(ranges), len(ranges))
         rangecopy.copy(sink["name"], parent["name"], ranges)
-        props = dict((k, leaf[k]) for k in LABELS if leaf.get(k) is not None)
-        props.update({meta.VDI_UUID: key, meta.COMPOSE_INTO: key})
-        zfs.set_props(parent["name"], props)
-        parent = zfs.get_one(parent["name"], meta.VOLUME_COLUMNS)
-        collect.finish_compose(parent, inventory.rows(sr))
+        with vol.locked(sr):
+            _commit(sr, snap, key, _checked(sr, key, key2))
     return None
+
+
+def _checked(sr, key, key2):
+    """(leaf, parent, sink) rows, once the three can be composed: a typed
+    error, and nothing changed, otherwise. A compose cut short after its
+    commit is finished first (then the pair is gone: Volume_does_not_exist,
+    which xapi's retry takes as done)."""
+    inventory.sr_row(sr)
+    rows = inventory.rows(sr)
+    if collect.needed(rows):
+        collect.collect(sr, rows)
+        rows = inventory.rows(sr)
+    leaf, parent = _pair(sr, rows, key, key2)
+    _check_leaf_snapshots(rows, leaf, key)
+    return leaf, parent, _sink(sr, rows, leaf, key)
+
+
+def _commit(sr, snap, key, rows):
+    """One zfs set gives the parent the leaf's identity (see the steps
+    above), once the snapshot the copy was made from is still there
+    (DatasetNotFound otherwise: the next compose copies again)."""
+    zfs.get_one(snap, ["name"])
+    leaf, parent, _ = rows
+    props = dict((k, leaf[k]) for k in LABELS if leaf.get(k) is not None)
+    props.update({meta.VDI_UUID: key, meta.COMPOSE_INTO: key})
+    zfs.set_props(parent["name"], props)
+    parent = zfs.get_one(parent["name"], meta.VOLUME_COLUMNS)
+    collect.finish_compose(parent, inventory.rows(sr))
 
 
 def _pair(sr, rows, key, key2):
