@@ -63,7 +63,7 @@ of the VDI (``repair``, ``_pending``) finishes what it finds:
 Every function here runs with the VDI's datapath lock and the SR lock held.
 """
 
-from zfsng import errors, log, meta, names, zfs
+from zfsng import errors, log, meta, names, revertsteps, zfs
 
 from zfsng_datapath import scope
 from zfsng_datapath.errors import NonpersistentResetBlocked
@@ -207,8 +207,12 @@ def _retire(target, clone):
 
 def repair(target, sr_row):
     """Finish a rotation a crash left at S1, S2', S2 or S3 (S4 is
-    _pending's)."""
+    _pending's). A revert's (zfsng/revertsteps.py) cut while the VDI's
+    zvol was not back under its name is undone first."""
     found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS)
+    if (found is None or meta.is_unmarked_clone(found)) and \
+            revertsteps.repair(target.sr, _key(target), _thick(sr_row)):
+        found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS)
     if found is not None and meta.is_unmarked_clone(found) and \
             found["origin"].endswith("@" + meta.NONPERSISTENT_SNAPSHOT):
         log.warning("%s: a power cut left it a clone of %s without the "

@@ -5,7 +5,7 @@ worth something if the fake answers the commands the plugin really sends
 the way real OpenZFS does. So here, in the guest, one fixed sequence of
 plugin calls (``scenario``: SR create/attach/stat/ls/probe/detach/destroy,
 Plugin.diagnostics, Volume create/set/unset/set_name/snapshot/clone/
-resize/stat/destroy, a dom0 datapath cycle, a second SR, thick, on another
+resize/stat/revert/destroy, a dom0 datapath cycle, a second SR, thick, on another
 disk, and the refusals: a missing volume, a pool name already taken, a
 shrink, thick volumes bigger than the pool) is played twice, in this
 process, through ``wire.call`` as the executables call it: once on the
@@ -200,6 +200,11 @@ def scenario(run):
     c("shrink", "Volume.resize", sr=sr, key=key, new_size=32 * MiB)
     c("stat volume", "Volume.stat", sr=sr, key=key)
     c("ls", "SR.ls", sr=sr)
+    c("revert to a clone", "Volume.revert", sr=sr, snapshot=clone["key"],
+      key=key)
+    c("revert to the snapshot", "Volume.revert", sr=sr, snapshot=snap["key"],
+      key=key)
+    c("stat reverted volume", "Volume.stat", sr=sr, key=key)
     uri = live["uri"][0]
     c("dom0 attach", "Datapath.attach", uri=uri, domain=DOM0)
     c("dom0 activate", "Datapath.activate", uri=uri, domain=DOM0)
@@ -608,6 +613,7 @@ def corpus(run):
 EXPECTED_ERRORS = {
     "create another SR with the pool name taken": "PoolNameTaken",
     "shrink": "VdiShrinkNotAllowed",
+    "revert to a clone": "InvalidArgument",
     "stat missing volume": "Volume_does_not_exist",
     "destroy SR holding volumes": "SrNotEmpty",
     "thick volume bigger than the pool": "OutOfSpace",

@@ -21,6 +21,8 @@ What it frees (the kinds are ``meta``'s):
   (``meta.is_composing``): the leaf's zvol is destroyed and the parent
   gets its name (``finish_compose``), and the mark left on a finished one
   goes; a migration's mirror sink once its leaf is gone;
+- a Volume.revert a crash cut short (``meta.reverting``): undone or
+  finished (``revertsteps.finish``);
 - what a Volume.create, snapshot or clone that reported failure made
   anyway (a command the runner gave up on finished in the kernel), once
   no command on it runs (``free_abandoned``: ``abandoned`` has the
@@ -34,18 +36,22 @@ runs ``sweep_clones`` at attach, detach, open and close. Callers hold the
 SR lock.
 """
 
-from zfsng import abandoned, errors, inventory, lock, log, meta, zfs
+from zfsng import abandoned, errors, inventory, lock, log, meta, \
+    revertsteps, zfs
 
 ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 
 
 def garbage(rows):
     """[(action, dataset)] that collect should do now: "destroy",
-    "defer" (``zfs destroy -d``), "compose" (``finish_compose``) or
-    "unmark" (the COMPOSE_INTO of a finished compose)."""
+    "defer" (``zfs destroy -d``), "compose" (``finish_compose``),
+    "unmark" (the COMPOSE_INTO of a finished compose) or "revert" (a
+    revert a crash cut short: ``revertsteps.finish``)."""
     actions = []
     for row in rows:
-        if meta.is_composing(row):
+        if meta.reverting(row):
+            actions.append(("revert", row["name"]))
+        elif meta.is_composing(row):
             actions.append(("compose", row["name"]))
         elif _composed(row):
             actions.append(("unmark", row["name"]))
@@ -68,7 +74,7 @@ def needed(rows):
     """Whether the SR holds anything collect may have to free."""
     return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
                meta.is_unfinished_create(r) or meta.is_composing(r) or
-               _composed(r) or meta.is_sink(r) or
+               _composed(r) or meta.is_sink(r) or meta.reverting(r) or
                (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)
 
@@ -91,7 +97,14 @@ def collect(sr, rows=None):
 
 
 def _act(action, name, rows):
-    if action == "compose":
+    if action == "revert":
+        sr = name.rsplit("/", 1)[0]
+        revertsteps.finish(
+            [r for r in rows if r["name"] == name][0],
+            dict((r["name"], r) for r in rows),
+            zfs.get_one(sr, [meta.SR_PROVISIONING]).get(
+                meta.SR_PROVISIONING) == "thick")
+    elif action == "compose":
         finish_compose([r for r in rows if r["name"] == name][0], rows)
     elif action == "unmark":
         zfs.inherit(name, meta.COMPOSE_INTO)

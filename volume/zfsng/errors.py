@@ -184,6 +184,12 @@ class CommandTimeout(StorageError):
         self.pid = pid
 
 
+class VdiInUse(StorageError):
+    """The VDI's zvol is open (a running VM's tapdisk, a dom0 user): a
+    change that needs it closed, such as a revert, is refused. xapi shuts
+    the VM down before it reverts its disks."""
+
+
 class SrBusy(StorageError):
     """Another call held the SR (or the pools) for longer than a caller
     waits (``lock.WAIT``): usually a call stuck on a suspended pool."""

@@ -138,6 +138,10 @@ SINK_SUFFIX = ".in"
 MIRROR_SINK = prop("mirror-sink")
 SECTOR = 512
 COMPOSE_SNAPSHOT = "zfsng-compose"
+# Volume.revert (zfsng/revertsteps.py) sets the VDI's zvol aside and clones
+# it again from the snapshot; the zvol set aside carries, until the revert
+# is done, "<vdi uuid>@<snapshot uuid>" in REVERTING.
+REVERTING = prop("reverting")
 COMPOSE_INTO = prop("compose-into")
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
@@ -145,7 +149,7 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
                   VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE,
-                  COMPOSE_INTO, MIRROR_SINK]
+                  COMPOSE_INTO, MIRROR_SINK, REVERTING]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -259,24 +263,47 @@ def is_vdi(row):
 
 
 def is_stand_in(row, present):
-    """A zvol the datapath set aside to reset a non-persistent VDI
-    (zfsng_datapath/reset.py) while no zvol has the VDI's name yet: a crash
-    between its two commands leaves it so until the next datapath call on
-    the VDI. It carries the VDI's uuid and the reset point. Meanwhile it is
+    """A zvol set aside to be cloned again from one of its snapshots while
+    no zvol has the VDI's name yet: the datapath's reset of a
+    non-persistent VDI (zfsng_datapath/reset.py), from its reset point, or
+    Volume.revert (zfsng/revertsteps.py), from the snapshot REVERTING
+    names. A crash between the rename and the clone leaves it so until the
+    next call that repairs it. It carries the VDI's uuid. Meanwhile it is
     that VDI (listed, found, snapshotted, destroyed as it), under the
     VDI's own URI, which the datapath repairs first: xapi never loses the
-    VDI. A zvol by the VDI's name that is only the rotation's new clone
-    cut before its properties (``is_unmarked_clone`` of this reset point:
-    a power cut inside step 2) is no VDI yet either, so the set-aside zvol
-    stays the VDI. present: the listing's rows by name."""
+    VDI. A zvol by the VDI's name that is only the new clone cut before
+    its properties (``is_unmarked_clone`` of that snapshot: a power cut
+    inside the clone) is no VDI yet either, so the set-aside zvol stays
+    the VDI. present: the listing's rows by name."""
     vdi = row.get(VDI_UUID) or ""
+    source = rotation_source(row, present)
     if row["type"] != "volume" or not names.is_uuid(vdi) or \
-            vdi == object_uuid(row["name"]) or \
-            reset_point(row["name"]) not in present:
+            vdi == object_uuid(row["name"]) or source is None:
         return False
     named = present.get(vdi_dataset(row["name"].rsplit("/", 1)[0], vdi))
     return named is None or (is_unmarked_clone(named) and
-                             named.get("origin") == reset_point(row["name"]))
+                             named.get("origin") == source)
+
+
+def rotation_source(row, present):
+    """The snapshot a zvol set aside is to be cloned again from: its
+    reset point, or the snapshot a revert names; None if neither."""
+    if reset_point(row["name"]) in present:
+        return reset_point(row["name"])
+    found = reverting(row)
+    if found and "%s@%s" % (row["name"], found[1]) in present:
+        return "%s@%s" % (row["name"], found[1])
+    return None
+
+
+def reverting(row):
+    """(vdi uuid, snapshot uuid) of the revert a zvol is in, or None. Its
+    snapshots inherit the value: only the zvol's own counts."""
+    vdi, _, snap = (row.get(REVERTING) or "").partition("@")
+    if row["type"] == "volume" and names.is_uuid(vdi) and \
+            names.is_uuid(snap):
+        return vdi, snap
+    return None
 
 
 def is_composing(row):

@@ -266,10 +266,10 @@ SERVED = {
 }
 
 # Served (installed) but deliberately without an implementation: they answer
-# the typed Unimplemented error (README: compare, revert).
+# the typed Unimplemented error (README: compare).
 # Listed so that a unit test can tell these from a forgotten handler.
 UNIMPLEMENTED = frozenset([
-    "Volume.compare", "Volume.revert",
+    "Volume.compare",
 ])
 
 # (package, method) -> the function that implements it; filled at import.

@@ -19,6 +19,7 @@ a dom0 user:
 
 import os
 import re
+import stat
 import time
 
 from zfsng import log, runner, udev
@@ -84,6 +85,33 @@ def check(dataset):
         return None, "%s is %s, which belongs to %r, not %r" % (
             path, real, name, dataset)
     return real, None
+
+
+def openers(dataset, proc="/proc"):
+    """The pids of the processes that hold the zvol's device open (a
+    tapdisk serving a VM, a dom0 user), from /proc/<pid>/fd: what the
+    kernel knows, where a record of attaches would only be a memory.
+    [] when the zvol has no device node."""
+    try:
+        device = os.stat(link(dataset)).st_rdev
+    except OSError:
+        return []
+    found = []
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        fds = os.path.join(proc, pid, "fd")
+        try:
+            entries = os.listdir(fds)
+        except OSError:          # gone meanwhile, or a kernel thread
+            continue
+        for fd in entries:
+            try:
+                st = os.stat(os.path.join(fds, fd))
+            except OSError:
+                continue
+            if stat.S_ISBLK(st.st_mode) and st.st_rdev == device:
+                found.append(int(pid))
+                break
+    return found
 
 
 def wait(dataset, timeout=None):

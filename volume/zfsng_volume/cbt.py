@@ -226,14 +226,18 @@ def _changes(source, snapshot, known, size, block):
     (which reads the changed data) if zdb cannot answer."""
     txg = _txg_in_history(source, snapshot)
     try:
-        born, data = zdb.born_since(txg, snapshot, block, _allow(
+        born, data = zdb.born_since(txg or 0, snapshot, block, _allow(
             ZDB_RATE, _pointers(snapshot, size, block)))
+        if txg is None:
+            return blockmap.union(known, data), data
         return blockmap.union(born, blockmap.subtract(known, data)), data
     except errors.CommandTimeout:
         raise
     except errors.StorageError as exc:
         log.warning("zdb could not list the changes of %s (%s): sending "
                     "them instead", snapshot, exc.message)
+    if txg is None:
+        return [(0, size)], [(0, size)]
     writes, frees = zfs.send_changes(source, snapshot,
                                      bound=_allow(SEND_RATE, size))
     return (blockmap.union(writes, blockmap.intersect(frees, known)),
@@ -258,24 +262,48 @@ def _txg_in_history(source, snapshot):
     """source's txg, once sure that source is in snapshot's history (an
     earlier snapshot or bookmark of its zvol, or of the zvols it was
     cloned from, before the clone): the birth times answer for no other
-    base. ZFS's own check of an incremental send, done here."""
-    txg = zfs.createtxg(source)
+    base. ZFS's own check of an incremental send, done here.
+
+    None for a source of the same disk out of that history: a snapshot
+    taken before a Volume.revert to an older one (zfsng/revertsteps.py)
+    is on the zvol set aside, and its bookmark may be too, no longer under
+    the name kept for it. The changes are then every range where either
+    may hold data (source's map, snapshot's data): more than changed,
+    never less. A source of another disk is refused."""
+    try:
+        txg = zfs.createtxg(source)
+    except errors.DatasetNotFound:
+        log.info("%s is gone (moved by a revert): listing every range "
+                 "either may hold", source)
+        return None
     mine = source.split("@", 1)[0].split("#", 1)[0]
-    zvol, limit, strict = meta.parent_of(snapshot), zfs.createtxg(
-        snapshot), True
-    for _ in range(ROUNDS):
+    for zvol, limit, strict in _lineage(meta.parent_of(snapshot),
+                                        zfs.createtxg(snapshot)):
         if mine == zvol:
             if txg < limit or (txg == limit and not strict):
                 return txg
             break
-        origin = zfs.get_one(zvol, ["origin"]).get("origin")
-        if not origin:
-            break
-        zvol, limit, strict = meta.parent_of(origin), zfs.createtxg(
-            origin), False
+    if set(z for z, _, _ in _lineage(mine, txg)) & set(
+            z for z, _, _ in _lineage(meta.parent_of(snapshot), 0)):
+        log.info("%s is not in the history of %s (a revert in between): "
+                 "listing every range either may hold", source, snapshot)
+        return None
     raise errors.ZfsError("cannot list the changes from %s to %s: %s is "
                           "not an earlier snapshot of its disk"
                           % (source, snapshot, source))
+
+
+def _lineage(zvol, txg):
+    """Yield (zvol, txg, strict): zvol up to txg, then each zvol it was
+    cloned from, up to its origin snapshot (included: not strict)."""
+    strict = True
+    for _ in range(ROUNDS):
+        yield zvol, txg, strict
+        origin = zfs.get_one(zvol, ["origin"]).get("origin")
+        if not origin:
+            return
+        zvol, txg, strict = meta.parent_of(origin), zfs.createtxg(origin), \
+            False
 
 
 ROUNDS = 64   # bound on a chain of clones

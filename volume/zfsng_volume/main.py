@@ -22,6 +22,7 @@ MODULES = {
     "cbt": ["Volume.data_destroy", "Volume.disable_cbt", "Volume.enable_cbt",
             "Volume.list_changed_blocks"],
     "compose": ["Volume.compose"],
+    "revert": ["Volume.revert"],
 }
 
 

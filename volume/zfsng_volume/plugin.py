@@ -18,7 +18,10 @@ FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             # Data.mirror and Data.stat, and the Nbd of its attach; a
             # SMAPIv1 source's mirror: the datapath's import_activate
             # (VDI_MIRROR_IN in its own Query) and Volume.compose.
-            "VDI_MIRROR", "VDI_COMPOSE"]
+            "VDI_MIRROR", "VDI_COMPOSE",
+            # VM.revert's VDI.revert (xapi v26.1.14 and later): the
+            # script does not add it, the plugin must (Volume.revert)
+            "VDI_REVERT"]
 
 
 @wire.method("Plugin.Query")

@@ -369,6 +369,59 @@ class ZfsCommands(object):
         snap.clones.append(name)
         return ""
 
+    def _zfs_rollback(self, argv):
+        opts, args = self._getopt(argv, 2, "rRf")
+        if len(args) != 1 or "@" not in args[0] or opts:
+            raise _Unknown()
+        name = args[0]
+        pool, snap = self._lookup(name)
+        head = pool.datasets[name.split("@", 1)[0]]
+        newer = [d for d in self._snapshots(pool, head.name)
+                 if d.createtxg > snap.createtxg]
+        if newer:
+            raise CommandError(
+                "cannot rollback to '%s': more recent snapshots or bookmarks"
+                " exist\nuse '-r' to force deletion of the following "
+                "snapshots and bookmarks:\n%s"
+                % (name, "\n".join(d.name for d in newer)))
+        head.refer, head.from_origin = snap.refer, snap.refer
+        return ""
+
+    def _zfs_promote(self, argv):
+        """``zfs promote <clone>`` (no option, not even "--"): the clone
+        takes its origin's snapshots up to the origin snapshot; the origin
+        becomes a clone of it (dsl_dataset_promote)."""
+        if len(argv) != 3 or argv[2].startswith("-"):
+            raise _Unknown()
+        name = argv[2]
+        errprefix = "cannot promote '%s'" % name
+        pool, ds = self._lookup(name)
+        if ds.kind == "snapshot" or not ds.origin:
+            raise CommandError("%s: not a cloned filesystem"
+                                       % errprefix)
+        point = pool.datasets[ds.origin]
+        head = pool.datasets[_head(ds.origin)]
+        moving = [d for d in self._snapshots(pool, head.name)
+                  if d.createtxg <= point.createtxg]
+        mine = set(d.name for d in self._snapshots(pool, name))
+        for d in moving:
+            snapname = d.name.split("@", 1)[1]
+            if name + "@" + snapname in mine:
+                raise CommandError(
+                    "%s: conflicting snapshot '%s' from parent '%s'"
+                    % (errprefix, snapname, ds.origin))
+        self._rename_all(pool, [(d.name, name + "@" + d.name.split("@")[1])
+                                for d in moving])
+        point.clones = [head.name if c == name else c for c in point.clones]
+        if head.origin:
+            above = pool.datasets[head.origin]
+            above.clones = [name if c == head.name else c
+                            for c in above.clones]
+        ds.origin, head.origin = head.origin, point.name
+        ds.from_origin, head.from_origin = head.from_origin, \
+            min(head.refer, point.refer)
+        return ""
+
     def _zfs_rename(self, argv):
         """``zfs rename [--] <zvol> <new>`` (its snapshots follow, and the
         clones' origin names with them) or ``<zvol>@<a> <zvol>@<b>``

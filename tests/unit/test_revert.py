@@ -1,0 +1,325 @@
+"""Volume.revert on the fake host: a VDI back to one of its snapshots.
+
+xapi's VM.revert (v26.1.14 and later) halts the VM, then calls
+VDI.revert for each disk, which xapi-storage-script turns into
+Volume.revert(sr, snapshot=<snapshot key>, key=<the VDI's uuid>); it
+calls nothing after it. The fake keeps each block's birth txg and
+whether it holds data, so a test sees what each VDI holds.
+"""
+
+import pytest
+
+from zfsng import errors, meta, zvoldev
+
+import fakezfs
+from conftest import call, create_sr
+from crashpoint import CrashAfter, CutInside, Killed, commands_run, installed
+from test_vdi_semantics import (
+    assert_only_the_sr_is_left, clone, datasets, destroy_everything, garbage,
+    listed, snapshot_name, vdi_create, vdi_snapshot, zvol)
+
+MiB = fakezfs.MiB
+
+
+@pytest.fixture
+def sr(fake):
+    fake.user_value_cap = None
+    return create_sr()[0]
+
+
+def revert(sr, snapshot, key):
+    return call("Volume.revert", sr=sr, snapshot=snapshot, key=key)
+
+
+def data(fake, name):
+    """blkid -> birth txg of the blocks name holds data in."""
+    return dict((b, t) for b, (t, d) in fake.dataset(name).blocks.items()
+                if d)
+
+
+def history(fake, sr):
+    """A disk with CBT, three snapshots and a clone of the newest, written
+    between each, grown after the second: (vdi, [s1, s2, s3], clone)."""
+    vdi = vdi_create(sr, name="web01 disk", description="system")["key"]
+    call("Volume.set", sr=sr, key=vdi, k="owner", v="alice")
+    call("Volume.enable_cbt", sr=sr, key=vdi)
+    block = fake.dataset(zvol(sr, vdi)).volblocksize
+    snaps = []
+    for i in range(3):
+        fake.guest_write(zvol(sr, vdi), (10 * i) * block, 4 * block)
+        snaps.append(vdi_snapshot(sr, vdi)["key"])
+        if i == 1:
+            size = fake.dataset(zvol(sr, vdi)).volsize
+            call("Volume.resize", sr=sr, key=vdi, new_size=size + 64 * MiB)
+    copy = clone(sr, snaps[2])["key"]
+    fake.guest_write(zvol(sr, vdi), 50 * block, 2 * block)
+    return vdi, snaps, copy
+
+
+def test_a_vdi_reverts_to_a_middle_snapshot_and_keeps_everything(fake, sr):
+    vdi, (s1, s2, s3), copy = history(fake, sr)
+    before = listed(sr)
+    held = dict((k, data(fake, snapshot_name(fake, sr, k)))
+                for k in (s1, s2, s3))
+    held[copy] = data(fake, zvol(sr, copy))
+    assert revert(sr, s2, vdi) is None
+    after = listed(sr)
+    assert sorted(after) == sorted(before)            # every VDI is there
+    for field in ("name", "description", "keys", "uri", "cbt_enabled",
+                  "sharable", "read_write"):
+        assert after[vdi][field] == before[vdi][field], field
+    assert after[vdi]["cbt_enabled"] is True
+    assert after[vdi]["virtual_size"] == before[s2]["virtual_size"] < \
+        before[vdi]["virtual_size"]
+    assert data(fake, zvol(sr, vdi)) == held[s2]       # its content
+    for key in (s1, s2, s3):                           # theirs unchanged
+        assert data(fake, snapshot_name(fake, sr, key)) == held[key]
+        for field in ("name", "keys", "virtual_size", "cbt_enabled"):
+            assert after[key][field] == before[key][field], (key, field)
+    assert data(fake, zvol(sr, copy)) == held[copy]
+    # s1 and s2 are the disk's again; s3 is on the zvol set aside, hidden
+    assert snapshot_name(fake, sr, s2) == zvol(sr, vdi) + "@" + s2
+    assert snapshot_name(fake, sr, s1) == zvol(sr, vdi) + "@" + s1
+    assert fake.get(snapshot_name(fake, sr, s3).split("@")[0],
+                    meta.VDI_UUID) == meta.HIDDEN
+    assert not any(fake.get(n, meta.REVERTING) for n in datasets(fake)
+                   if "@" not in n)
+    # the disk lives on: written, snapshotted, reverted again
+    block = fake.dataset(zvol(sr, vdi)).volblocksize
+    fake.guest_write(zvol(sr, vdi), 70 * block, block)
+    s4 = vdi_snapshot(sr, vdi)["key"]
+    assert revert(sr, s1, vdi) is None
+    assert data(fake, zvol(sr, vdi)) == held[s1]
+    assert garbage(fake, sr) == []
+    destroy_everything(sr)
+    assert garbage(fake, sr) == []
+    assert_only_the_sr_is_left(fake, sr)
+    assert s4
+
+
+def _differ(a, b, block, granule=64 * 1024):
+    """The 64 KiB granules where two block maps (blkid -> (birth, data))
+    may hold different bytes: a block differs unless both hold the same
+    birth's data, or both hold none."""
+    out = set()
+    for blk in set(a) | set(b):
+        x, y = a.get(blk, (0, False)), b.get(blk, (0, False))
+        if (x[1] or y[1]) and x != y:
+            out.add(blk * block // granule)
+    return out
+
+
+@pytest.mark.parametrize("destroyed", [False, True])
+def test_changed_blocks_across_a_revert_miss_nothing(fake, sr, destroyed):
+    """Xen Orchestra's next delta after a revert lists from the snapshot
+    it backed up last, often newer than the one reverted to, which is then
+    out of the disk's history (and, data-destroyed, its bookmark moved
+    with the zvol set aside): every range either may hold is listed. From
+    an older snapshot the list stays exact."""
+    from test_cbt import granules
+    vdi, (s1, s2, s3), _ = history(fake, sr)
+    block = fake.dataset(zvol(sr, vdi)).volblocksize
+    held = dict((k, dict(fake.dataset(snapshot_name(fake, sr, k)).blocks))
+                for k in (s1, s3))
+    if destroyed:
+        call("Volume.data_destroy", sr=sr, key=s3)
+    revert(sr, s2, vdi)
+    fake.guest_write(zvol(sr, vdi), 80 * block, block)
+    s4 = vdi_snapshot(sr, vdi)["key"]
+    new = fake.dataset(snapshot_name(fake, sr, s4))
+    size = new.volsize                        # s2's, and so the disk's
+
+    def listed_from(base):
+        return set(granules(call("Volume.list_changed_blocks", sr=sr,
+                                 key=base, key2=s4, offset=0, length=-1),
+                            size))
+
+    assert listed_from(s1) == _differ(held[s1], new.blocks, block)
+    truth = _differ(held[s3], new.blocks, block)
+    assert truth and truth <= listed_from(s3)
+
+
+def test_the_newest_snapshot_leaves_nothing_aside(fake, sr):
+    vdi, (_, _, s3), copy = history(fake, sr)
+    call("Volume.destroy", sr=sr, key=copy)
+    want = data(fake, snapshot_name(fake, sr, s3))
+    revert(sr, s3, vdi)
+    assert data(fake, zvol(sr, vdi)) == want
+    assert garbage(fake, sr) == []
+    assert [n for n in datasets(fake) if n.count("/") == 1 and
+            "@" not in n] == [zvol(sr, vdi)]        # the one set aside: gone
+
+
+def test_a_thick_disk_keeps_its_reservation(fake):
+    fake.user_value_cap = None
+    sr, _ = create_sr({"device": "/dev/sdb", "provisioning": "thick"})
+    vdi = vdi_create(sr)["key"]
+    snap = vdi_snapshot(sr, vdi)["key"]
+    revert(sr, snap, vdi)
+    reserved = fake.get(zvol(sr, vdi), "refreservation")
+    assert reserved not in (None, "none", "0")
+    destroy_everything(sr)
+    assert_only_the_sr_is_left(fake, sr)
+
+
+def _state(fake, sr):
+    return (datasets(fake), listed(sr))
+
+
+def test_what_cannot_be_reverted_is_refused_and_nothing_changes(fake, sr):
+    vdi, (s1, _, _), copy = history(fake, sr)
+    other = vdi_create(sr)["key"]
+    theirs = vdi_snapshot(sr, other)["key"]
+    cases = [
+        (s1, s1, errors.InvalidArgument),          # the same key
+        (s1, copy, errors.InvalidArgument),        # not its snapshot
+        (theirs, vdi, errors.InvalidArgument),     # another disk's
+        (other, vdi, errors.InvalidArgument),      # not a snapshot
+        (vdi, s1, errors.InvalidArgument),         # the disk is a snapshot
+        ("00000000-0000-0000-0000-000000000000", vdi,
+         errors.Volume_does_not_exist),
+        (s1, "00000000-0000-0000-0000-000000000000",
+         errors.Volume_does_not_exist),
+    ]
+    for snapshot, key, error in cases:
+        state = _state(fake, sr)
+        with pytest.raises(error):
+            revert(sr, snapshot, key)
+        assert _state(fake, sr) == state, (snapshot, key)
+    call("Volume.data_destroy", sr=sr, key=s1)
+    state = _state(fake, sr)
+    with pytest.raises(errors.DataDestroyed):
+        revert(sr, s1, vdi)
+    assert _state(fake, sr) == state
+    with pytest.raises(errors.Sr_not_attached):
+        call("Volume.revert", sr="tank/nosuch", snapshot=s1, key=vdi)
+
+
+def test_a_disk_in_use_is_refused(fake, sr, monkeypatch):
+    vdi, (s1, _, _), _ = history(fake, sr)
+    monkeypatch.setattr(zvoldev, "openers", lambda dataset: [4242])
+    state = _state(fake, sr)
+    with pytest.raises(errors.VdiInUse) as err:
+        revert(sr, s1, vdi)
+    assert "4242" in err.value.message
+    assert _state(fake, sr) == state
+
+
+def test_a_pending_reset_is_refused(fake, sr):
+    vdi, (s1, _, _), _ = history(fake, sr)
+    fake.admin("zfs snapshot %s@%s" % (zvol(sr, vdi),
+                                       meta.NONPERSISTENT_SNAPSHOT))
+    state = _state(fake, sr)
+    with pytest.raises(errors.InvalidArgument) as err:
+        revert(sr, s1, vdi)
+    assert "non-persistent" in err.value.message
+    assert _state(fake, sr) == state
+
+
+# --- killed after any command ------------------------------------------
+
+def _scenario(host):
+    """(sr, its stored device-config, the VDIs' keys by role)."""
+    sr, config = create_sr()
+    vdi, (s1, s2, s3), copy = history(host, sr)
+    return sr, config, {"vdi": vdi, "s1": s1, "s2": s2, "s3": s3,
+                        "copy": copy}
+
+
+def _contents(host, sr, roles):
+    """What each VDI holds, by role: every VDI listed once, no other."""
+    vdis = listed(sr)
+    assert sorted(vdis) == sorted(roles.values())
+    out = {}
+    by_key = dict((key, role) for role, key in roles.items())
+    for role, key in roles.items():
+        vol = vdis[key]
+        name = zvol(sr, key) if vol["read_write"] else \
+            snapshot_name(host, sr, key)
+        keys = dict((k, by_key.get(v, v)) for k, v in vol["keys"].items())
+        out[role] = (vol["name"], vol["virtual_size"], keys,
+                     sorted(data(host, name).values()))
+    return out
+
+
+def _outcomes():
+    """What a revert leaves, and what no revert leaves (the fake's txgs
+    repeat from one fresh host to the next)."""
+    results = []
+    for do in (True, False):
+        host = fakezfs.FakeZfs.with_disks()
+        with installed(host):
+            sr, _, roles = _scenario(host)
+            if do:
+                revert(sr, roles["s2"], roles["vdi"])
+            results.append(_contents(host, sr, roles))
+    return results
+
+
+@pytest.mark.parametrize("next_call", ["revert", "attach", "ls"])
+def test_a_revert_killed_after_any_command_is_finished_or_undone(next_call):
+    """Killed after each command: SR.ls lists every VDI once meanwhile;
+    then xapi's VM.revert again, or a reboot's SR.attach, leaves either
+    the reverted disk or the disk as it was, never anything else, and
+    nothing behind."""
+    reverted, untouched = _outcomes()
+    assert reverted != untouched
+    host = fakezfs.FakeZfs.with_disks()
+    with installed(host):
+        sr, _, roles = _scenario(host)
+        total = commands_run(host, lambda: revert(sr, roles["s2"],
+                                                  roles["vdi"]))
+    failures = []
+    for n in range(1, total + 1):
+        host = fakezfs.FakeZfs.with_disks()
+        with installed(host):
+            sr, config, roles = _scenario(host)
+            with installed(CrashAfter(host, n)):
+                try:
+                    revert(sr, roles["s2"], roles["vdi"])
+                    failures.append("%d: not killed" % n)
+                except Killed:
+                    pass
+            try:
+                assert sorted(listed(sr)) == sorted(roles.values())
+                if next_call == "revert":
+                    revert(sr, roles["s2"], roles["vdi"])
+                    assert _contents(host, sr, roles) == reverted
+                elif next_call == "attach":
+                    call("SR.detach", sr=sr)
+                    call("SR.attach", configuration=config)
+                    assert _contents(host, sr, roles) in (reverted,
+                                                          untouched)
+                    assert garbage(host, sr) == []
+                destroy_everything(sr)
+                assert_only_the_sr_is_left(host, sr)
+            except AssertionError as exc:
+                failures.append("killed after %d of %d: %r" % (n, total, exc))
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("next_call", ["revert", "attach"])
+def test_a_power_cut_inside_the_clone_is_undone(next_call):
+    """ZFS sets a clone's -o properties in a later transaction group: a
+    power cut between leaves the VDI's name on a clone without them. It
+    is no VDI (the zvol set aside stands in), and the next call undoes
+    the revert (then, for a revert, does it)."""
+    reverted, untouched = _outcomes()
+    host = fakezfs.FakeZfs.with_disks()
+    with installed(host):
+        sr, config, roles = _scenario(host)
+        with installed(CutInside(host, host, ["zfs", "clone"])):
+            with pytest.raises(Killed):
+                revert(sr, roles["s2"], roles["vdi"])
+        assert not host.get(zvol(sr, roles["vdi"]), meta.VDI_UUID)
+        assert sorted(listed(sr)) == sorted(roles.values())
+        if next_call == "revert":
+            revert(sr, roles["s2"], roles["vdi"])
+            assert _contents(host, sr, roles) == reverted
+        else:
+            call("SR.detach", sr=sr)
+            call("SR.attach", configuration=config)
+            assert _contents(host, sr, roles) == untouched
+        assert garbage(host, sr) == []
+        destroy_everything(sr)
+        assert_only_the_sr_is_left(host, sr)

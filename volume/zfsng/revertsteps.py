@@ -1,0 +1,128 @@
+"""Volume.revert's steps on the pool, and how a crash between two of them
+is finished or undone (by the revert called again, the collector, or the
+datapath's next call on the VDI).
+
+A revert gives a VDI the content of one of its snapshots and keeps the
+VDI's identity: its uuid and name, its labels and keys, its CBT state, and
+every other snapshot and clone. ``zfs rollback`` cannot: it only goes back
+to the newest snapshot (``-r`` would destroy the newer ones, VDIs xapi
+knows). So the zvol is *rotated*, as the datapath's reset of a
+non-persistent disk rotates it (zfsng_datapath/reset.py), each step one
+command, no data copied whatever the disk's size:
+
+  1. ``zfs set REVERTING=<vdi>@<snapshot> <vol>``: what is being done;
+  2. ``zfs rename <vol> <sr>/<new uuid>``: the zvol and all its snapshots
+     are set aside as A (A keeps the VDI's uuid: its stand-in,
+     ``meta.is_stand_in``);
+  3. ``zfs clone -o <the VDI's properties> A@<snapshot> <vol>``: the VDI
+     again, with the snapshot's content and size (``refreservation=auto``
+     on a thick SR, A's dropped just before);
+  4. ``zfs set vdi=destroyed A``: A is hidden;
+  5. ``zfs promote <vol>``: the snapshot and the older ones come back to
+     <vol> under their names; A keeps the newer ones (and their clones)
+     and is now a clone of ``<vol>@<snapshot>``, freed by the collector
+     once nothing needs it;
+  6. ``zfs inherit REVERTING A``: done.
+
+A crash before <vol> is back with the VDI's properties (after 1, 2, or
+inside 3: a clone without them, ``meta.is_unmarked_clone``) is undone:
+the mark goes, A gets its name back. From 3 on it is finished forward.
+Callers hold the SR lock.
+"""
+
+from zfsng import errors, log, meta, names, zfs
+
+# What the new zvol takes from the one set aside: the VDI's identity, and
+# whether changed blocks are tracked (the snapshots keep their own).
+VDI_PROPS = [meta.VDI_UUID, meta.VDI_NAME, meta.VDI_DESCRIPTION,
+             meta.VDI_KEYS, meta.VDI_SHARABLE, meta.CBT_ENABLED]
+
+
+def revert(vol_row, snap, thick):
+    """Steps 1 to 6 for the VDI whose zvol row is vol_row, to its snapshot
+    uuid snap. A clone that does not fit (OutOfSpace: a thick disk needs
+    its reservation twice meanwhile) is undone and raised."""
+    vol = vol_row["name"]
+    key = vol_row[meta.VDI_UUID]
+    zfs.set_props(vol, {meta.REVERTING: "%s@%s" % (key, snap)})
+    aside = meta.vdi_dataset(vol.rsplit("/", 1)[0], names.new_uuid())
+    log.info("revert %s to @%s: set aside as %s", vol, snap, aside)
+    zfs.rename(vol, aside)
+    props = dict((p, vol_row[p]) for p in VDI_PROPS
+                 if vol_row.get(p) is not None)
+    if thick:
+        zfs.set_props(aside, {"refreservation": "none"})
+        props["refreservation"] = "auto"
+    try:
+        zfs.clone("%s@%s" % (aside, snap), vol, props)
+    except errors.StorageError:
+        log.error("revert %s: the clone failed, putting the disk back", vol)
+        _undo(aside, vol, thick)
+        raise
+    _forward(aside, vol)
+
+
+def finish(row, present, thick):
+    """Finish or undo the revert the zvol row carries REVERTING for (a
+    crash's). present: the SR's rows by name. Whether it changed
+    anything."""
+    key, snap = meta.reverting(row)
+    vol = meta.vdi_dataset(row["name"].rsplit("/", 1)[0], key)
+    named = present.get(vol)
+    if row["name"] == vol:                    # after 1
+        log.warning("revert %s: cut before it began, undone", vol)
+        zfs.inherit(vol, meta.REVERTING)
+    elif named is None:                       # after 2
+        if row.get(meta.VDI_UUID) == key:
+            log.warning("revert %s: cut after the disk was set aside as "
+                        "%s, undone", vol, row["name"])
+            _undo(row["name"], vol, thick)
+        else:                                 # destroyed meanwhile
+            zfs.inherit(row["name"], meta.REVERTING)
+    elif meta.is_unmarked_clone(named):       # inside 3: the collector's
+        return False
+    else:                                     # after 3, 4 or 5
+        log.warning("revert %s: cut after the clone, finished", vol)
+        _forward(row["name"], vol, row, named)
+    return True
+
+
+def repair(sr, key, thick):
+    """For the datapath, before it serves VDI key: undo a revert a crash
+    left before the VDI's zvol was back under its name (its name free, or
+    on a clone without the VDI's properties). Whether it did."""
+    rows = zfs.list_datasets(sr, meta.VOLUME_COLUMNS, types="volume",
+                             depth=1)
+    present = dict((r["name"], r) for r in rows)
+    vol = meta.vdi_dataset(sr, key)
+    for row in rows:
+        found = meta.reverting(row)
+        if not found or found[0] != key or row["name"] == vol:
+            continue
+        named = present.get(vol)
+        if named is not None and meta.is_unmarked_clone(named) and \
+                named.get("origin") == "%s@%s" % (row["name"], found[1]):
+            log.warning("revert %s: a clone cut before its properties, "
+                        "destroyed", vol)
+            zfs.destroy(vol)
+            del present[vol]
+        if vol not in present:
+            return finish(row, present, thick)
+    return False
+
+
+def _undo(aside, vol, thick):
+    zfs.rename(aside, vol)
+    if thick:
+        zfs.set_props(vol, {"refreservation": "auto"})
+    zfs.inherit(vol, meta.REVERTING)
+
+
+def _forward(aside, vol, row=None, named=None):
+    """Steps 4 to 6; row and named, the rows of aside and vol, when a
+    crash's (else they are as revert left them)."""
+    if row is None or row.get(meta.VDI_UUID) != meta.HIDDEN:
+        zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN})
+    if named is None or (named.get("origin") or "").startswith(aside + "@"):
+        zfs.promote(vol)
+    zfs.inherit(aside, meta.REVERTING)

@@ -1,0 +1,67 @@
+"""Volume.revert: a VDI back to one of its snapshots, keeping its identity.
+
+xapi (VDI.revert, from xen-api v26.1.14 and v26.16.0; the SMAPIv3
+interface's ``Volume.revert(dbg, sr, snapshot, key)``, result unit) calls
+it for each disk of a VM reverted to a snapshot, once the VM is halted
+(VM.revert hard-shuts a running VM down first, and refuses a VDI with a
+VBD attached): ``snapshot`` is the snapshot VDI's key, ``key`` the VDI's
+uuid, which is its key here. xapi calls nothing after it; the VDI keeps
+its record. A xapi without VDI.revert (XCP-ng 8.3's v26.1.4) reverts a VM
+the old way, a clone of the snapshot and the disk destroyed, which keeps
+working.
+
+Instant whatever the disk's size, and kept: the VDI's uuid, name,
+description, keys and CBT state, every other snapshot (newer ones too)
+and every clone. The steps and their crash repair are
+``zfsng/revertsteps.py``'s. The disk's size becomes the snapshot's.
+"""
+
+from zfsng import collect, errors, inventory, meta, revertsteps, wire, \
+    zvoldev
+from zfsng_volume import volume as vol
+
+
+@wire.method("Volume.revert")
+def revert(dbg, sr, snapshot, key):
+    with vol.locked(sr):
+        sr_row = inventory.sr_row(sr)
+        rows = inventory.rows(sr)
+        if collect.needed(rows):      # a revert a crash cut short first
+            collect.collect(sr, rows)
+            rows = inventory.rows(sr)
+        row, snap = _pair(sr, rows, snapshot, key)
+        users = zvoldev.openers(row["name"])
+        if users:
+            raise errors.VdiInUse(
+                "Volume.revert: %s is in use (processes %s hold it open): "
+                "shut its VM down first" % (key, ", ".join(
+                    str(p) for p in users)))
+        revertsteps.revert(row, meta.object_uuid(snap["name"]),
+                           sr_row.get(meta.SR_PROVISIONING) == "thick")
+        collect.collect(sr)   # the zvol set aside, if nothing needs it
+    return None
+
+
+def _pair(sr, rows, snapshot, key):
+    """The VDI's and the snapshot's rows, once the one can be reverted to
+    the other: a typed error, and nothing changed, otherwise."""
+    row, snap = vol.find_in(rows, key), vol.find_in(rows, snapshot)
+    if meta.is_snapshot(row) or meta.is_data_destroyed(row) or \
+            row["name"] != meta.vdi_dataset(sr, key):
+        raise errors.InvalidArgument(
+            "Volume.revert: %s is not a disk (a snapshot, or a disk being "
+            "reset or composed)" % key)
+    if meta.is_data_destroyed(snap):
+        raise errors.DataDestroyed(
+            "Volume.revert: the data of snapshot %s was destroyed (kept "
+            "for changed block tracking only)" % snapshot)
+    if not meta.is_snapshot(snap) or \
+            meta.parent_of(snap["name"]) != row["name"]:
+        raise errors.InvalidArgument(
+            "Volume.revert: %s is not a snapshot of %s" % (snapshot, key))
+    if any(r["name"] == meta.reset_point(row["name"]) for r in rows):
+        raise errors.InvalidArgument(
+            "Volume.revert: %s is a non-persistent disk whose reset is "
+            "pending (its VM did not shut down cleanly): start and shut "
+            "down the VM, or make the disk persistent, first" % key)
+    return row, snap
