@@ -1,0 +1,124 @@
+"""Volume.revert on real ZFS, as xapi's VM.revert calls it (xen-api
+v26.1.14 and later: the VM halted, then Volume.revert(sr, snapshot, key)
+for each disk, nothing after it).
+
+A disk with changed block tracking, three snapshots taken as xapi takes
+them, a clone of the newest, guest writes between each: reverted to the
+middle snapshot, it holds that snapshot's bytes and keeps its uuid,
+labels, keys and CBT state; every other snapshot and the clone keep
+theirs; Xen Orchestra's next delta (from the newest snapshot before the
+revert, and from an older one) misses no changed block. A disk a VM
+holds open through its tapdisk is refused. Killed after each command
+that changes something, xapi's call again gives the same bytes and
+leaves nothing behind.
+"""
+
+import hashlib
+import os
+
+import pytest
+
+from conftest import PluginError, one_disk_sr, played, sh, traced_points
+from test_cbt import changed, content, dataset_of, truth, write
+from test_tapdisk import Xapi, nothing_left
+from xapi_flows import vdi_snapshot
+
+MiB = 1 << 20
+DISK = 8 * MiB
+
+
+@pytest.fixture
+def sr(plugin, disks, new_uuid):
+    yield from one_disk_sr(plugin, disks, new_uuid, "revertsr")
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def history(plugin, sr, seed):
+    """A tracked disk, snapshots s1 s2 s3 and a clone of s3, written
+    between each: (vdi, [s1, s2, s3], clone)."""
+    vdi = plugin("Volume.create", sr=sr, name="web01", description="sys",
+                 size=DISK, sharable=False)
+    plugin("Volume.set", sr=sr, key=vdi["key"], k="vdi-type", v="user")
+    plugin("Volume.set", sr=sr, key=vdi["key"], k="owner", v="alice")
+    plugin("Volume.enable_cbt", sr=sr, key=vdi["key"])
+    snaps = []
+    for i in range(3):
+        write(dataset_of(vdi), (2 * i + seed % 2) * MiB,
+              os.urandom(MiB // 2))
+        snaps.append(vdi_snapshot(plugin, sr, vdi["key"]))
+    copy = plugin("Volume.clone", sr=sr, key=snaps[2]["key"])
+    write(dataset_of(vdi), 7 * MiB, os.urandom(64 * 1024))
+    return plugin("Volume.stat", sr=sr, key=vdi["key"]), snaps, copy
+
+
+def listed(plugin, sr):
+    return dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
+
+
+def test_a_disk_reverts_to_its_middle_snapshot_keeping_everything(
+        plugin, dp, sr):
+    vdi, (s1, s2, s3), copy = history(plugin, sr, 1)
+    before = listed(plugin, sr)
+    held = dict((v["key"], sha(content(dp, v))) for v in (s1, s2, s3, copy))
+    bytes_s3 = content(dp, s3)
+    plugin("Volume.revert", sr=sr, snapshot=s2["key"], key=vdi["key"])
+    after = listed(plugin, sr)
+    assert sorted(after) == sorted(before)
+    for field in ("name", "description", "keys", "uri", "cbt_enabled"):
+        assert after[vdi["key"]][field] == before[vdi["key"]][field], field
+    assert sha(content(dp, after[vdi["key"]])) == held[s2["key"]]
+    for v in (s1, s2, s3, copy):
+        assert sha(content(dp, after[v["key"]])) == held[v["key"]], v
+    # the disk lives on; XO's next delta, from s3 (out of the disk's
+    # history now) and from s1, misses nothing
+    write(dataset_of(vdi), 5 * MiB, os.urandom(MiB // 4))
+    s4 = vdi_snapshot(plugin, sr, vdi["key"])
+    new = content(dp, s4)
+    assert truth(bytes_s3, new) <= changed(plugin, sr, s3["key"],
+                                           s4["key"], DISK)
+    assert changed(plugin, sr, s1["key"], s4["key"], DISK) == \
+        truth(content(dp, s1), new)
+    left = sh("zfs", "list", "-H", "-o", "name,org.xcp-ng.zfs-ng:reverting",
+              "-t", "volume", "-r", sr)
+    assert "@" not in left, left             # no mark left on any zvol
+
+
+def test_a_disk_a_vm_holds_open_is_not_reverted(plugin, dp, sr):
+    vdi, (_, s2, _), _ = history(plugin, sr, 2)
+    xapi = Xapi(dp, plugin, sr, vdi)
+    xapi.start()
+    with pytest.raises(PluginError) as err:
+        plugin("Volume.revert", sr=sr, snapshot=s2["key"], key=vdi["key"])
+    assert err.value.name == "VdiInUse"
+    xapi.stop()
+    nothing_left(sr)
+    plugin("Volume.revert", sr=sr, snapshot=s2["key"], key=vdi["key"])
+    assert sha(content(dp, vdi)) == sha(content(dp, s2))
+
+
+def test_a_revert_killed_after_each_change_is_finished_by_the_retry(
+        plugin, dp, sr, tmp_path):
+    vdi, (_, s2, _), _ = history(plugin, sr, 3)
+    points, _ = traced_points(plugin, "Volume.revert", tmp_path, sr=sr,
+                              snapshot=s2["key"], key=vdi["key"])
+    for n in played(points):
+        vdi, (_, s2, _), _ = history(plugin, sr, 4 + n)
+        want = sha(content(dp, s2))
+        keys = sorted(listed(plugin, sr))
+        killed = plugin.__class__(plugin.root, env=dict(
+            plugin.env, ZFSNG_CRASH_AFTER=str(n)))
+        try:
+            killed("Volume.revert", sr=sr, snapshot=s2["key"],
+                   key=vdi["key"])
+        except (PluginError, AssertionError):
+            pass
+        assert sorted(listed(plugin, sr)) == keys, n   # the VDI stays
+        plugin("Volume.revert", sr=sr, snapshot=s2["key"], key=vdi["key"])
+        assert sha(content(dp, vdi)) == want, n
+        for key in keys:
+            plugin("Volume.destroy", sr=sr, key=key)
+        left = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r", sr)
+        assert left.split() == [sr], (n, left)
