@@ -19,6 +19,9 @@ under emulation), and the fake lives in memory, in one process.
 
 What is compared, call by call and command by command (``normalize``):
 - the argv, with pool guids renamed in order of appearance;
+- a snapshot's clones as a set (the plugin never reads their order,
+  which real ZFS takes from a ZAP: after a promote, not the order the
+  clones were made in);
 - the exit status (zero or not);
 - stdout as the plugin parses it: ``-H`` rows and their tab-separated
   fields; names, types, property values, user properties, volsize,
@@ -422,6 +425,8 @@ def _table(out, columns, guids):
                 cell = _number(cell)
             elif column == "guid":
                 cell = guids(cell)
+            elif column == "clones":    # a set: its order is the ZAP's
+                cell = ",".join(sorted(cell.split(",")))
             row.append(cell)
         rows.append(tuple(row))
     return rows
