@@ -205,6 +205,24 @@ def test_a_disk_in_use_is_refused(fake, sr, monkeypatch):
     assert _state(fake, sr) == state
 
 
+@pytest.mark.parametrize("step, error", [
+    ("zfs rename", "cannot rename: dataset is busy"),
+    ("zfs clone", "cannot create: out of space"),
+])
+def test_a_failed_step_leaves_the_disk_as_it_was(fake, sr, step, error):
+    """The rename or the clone refused by ZFS (a thick disk's second
+    reservation that does not fit): the error goes to xapi, and the disk
+    is as before, no mark left."""
+    vdi, (_, s2, _), _ = history(fake, sr)
+    state = _state(fake, sr)
+    fake.inject(step, error, times=-1)
+    with pytest.raises(errors.StorageError):
+        revert(sr, s2, vdi)
+    fake.injected = []
+    assert _state(fake, sr) == state
+    assert not fake.get(zvol(sr, vdi), meta.REVERTING)
+
+
 def test_a_pending_reset_is_refused(fake, sr):
     vdi, (s1, _, _), _ = history(fake, sr)
     fake.admin("zfs snapshot %s@%s" % (zvol(sr, vdi),

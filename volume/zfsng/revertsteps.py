@@ -47,7 +47,11 @@ def revert(vol_row, snap, thick):
     zfs.set_props(vol, {meta.REVERTING: "%s@%s" % (key, snap)})
     aside = meta.vdi_dataset(vol.rsplit("/", 1)[0], names.new_uuid())
     log.info("revert %s to @%s: set aside as %s", vol, snap, aside)
-    zfs.rename(vol, aside)
+    try:
+        zfs.rename(vol, aside)
+    except errors.StorageError:
+        zfs.inherit(vol, meta.REVERTING)
+        raise
     props = dict((p, vol_row[p]) for p in VDI_PROPS
                  if vol_row.get(p) is not None)
     if thick:
