@@ -173,11 +173,10 @@ lint-py36: $(VPY)
 # not depend on the version run on one of the two, and each crash sweep
 # plays a third of its points on 2.1 and the rest on 2.3).
 GUEST_SPLIT   ?=
-# The bound on one version's suite: they took 4224 s (2.3) and 3892 s (2.1)
-# side by side in a clean clone's check (session 15, with the compose crash
-# sweep, 237 s and 160 s, since moved out of check); with the host layers
-# (about 2 min) and the multihost pair (about 6) an overtime suite still
-# fails inside CI's 90 minutes.
+# The bound on one version's suite: they took 2153 s (2.1) and 2206 s
+# (2.3) side by side in a clean clone's check (session 16), 4224 s the
+# session before; with the host layers (about 4 min) and the multihost
+# pair (about 4) an overtime suite still fails inside CI's 90 minutes.
 GUEST_TIMEOUT ?= 4300
 test-guest-2.1 test-guest-2.3: test-guest-%:
 	bash $(GUEST) --zfs $* --timeout $(GUEST_TIMEOUT) -- \
@@ -235,10 +234,9 @@ guest-install:
 	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON) TEST_HOOKS=1
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
-# faults-quick is out of check for now: check takes about 75 minutes (its
-# guest suites about 65 side by side), and the campaign's 7 more would
-# leave too little room under CI's 90. Bringing check under 40 minutes
-# (and the campaign back into it) is still to do.
+# faults-quick is out of check for now: check takes about 42 minutes (its
+# guest suites about 37 side by side), and the campaign's 7 more would
+# take it further from the 40 it should stay under.
 check: check-host test-guests test-multihost-2.1 test-multihost-2.3
 
 # The host's layers two at a time (a core each), before the guests take
