@@ -251,7 +251,7 @@ check-host:
 # cuts mid-burst, on OpenZFS 2.1 and 2.3 side by side (a one-CPU guest
 # each); FAULTS_OUT/report.md says what was injected, called, returned and
 # checked, and the target fails on any problem or loss.
-# make faults-quick: the seeded subset make check runs: the scenarios split
+# make faults-quick: the seeded subset (out of make check for now): the scenarios split
 # between the versions, quick, and FAULT_QUICK_CUTS power cuts each.
 FAULTS_OUT       ?= build/faults
 FAULT_SEED       ?= 1
