@@ -24,7 +24,8 @@ The source stands for SMAPIv1's local ext SR: a raw file opened by
 tapdisk (aio:, O_DIRECT) on ext4, here on a zvol beside the SR. The guest writes 4 KiB at sector
 boundaries (smaller than the leaf's blocks), data or zeros, all the
 time. The migrated VDI must then hold what the source holds, byte for
-byte.
+byte. And xapi's receive_cancel, at any step of the receive, must leave
+nothing of the migration on the destination.
 """
 
 import array
@@ -225,4 +226,62 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
     assert not os.path.exists("/proc/%d" % source.pid)
     assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
               sr).split() == [sr]
+    nothing_left(sr)
+
+
+STEPS = ["received", "mirroring", "written", "copying", "copied"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_receive_cancelled_at_any_step_leaves_nothing(plugin, dp, sr,
+                                                        step):
+    """receive_cancel (storage_smapiv1_migrate.ml): the leaf's datapath
+    destroyed (deactivate, detach), then VDI.destroy of the dummy, the
+    leaf and the parent, each error ignored. Cancelled once the receive
+    has started, once the leaf's tapdisk mirrors into its sink, once the
+    mirror wrote, in the middle of the parent's copy (its own datapath
+    destroyed first, as the failed copy does) and after it: nothing of
+    the migration may be left on the destination."""
+    leaf = plugin("Volume.create", sr=sr, name="web01", description="",
+                  size=DISK, sharable=False)
+    dummy = plugin("Volume.snapshot", sr=sr, key=leaf["key"])
+    dp("Datapath.attach", uri=uri(leaf), domain=MIRROR_VM)
+    dp("Datapath.activate", uri=uri(leaf), domain=MIRROR_VM)
+    parent = plugin("Volume.create", sr=sr, name="web01", description="",
+                    size=DISK, sharable=False)
+    at = STEPS.index(step)
+    if at >= 1:
+        dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
+    if at >= 2:
+        sink = "/dev/zvol/%s/%s.in" % (sr, leaf["key"])
+        fd = os.open(sink, os.O_WRONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, 4 * KiB)
+        buf.write(os.urandom(4 * KiB))
+        try:
+            os.pwrite(fd, buf, 3 * MiB + 512)
+        finally:
+            os.close(fd)
+            buf.close()
+    if at >= 3:
+        device = attach_dom0(dp, parent, call=once)
+        with open(device, "r+b") as f:
+            f.write(os.urandom(MiB))
+        if at == 3:                          # the copy fails midway
+            detach_dom0(dp, parent, call=once)
+    if at >= 4:
+        with open(device, "r+b") as f:
+            f.seek(4 * MiB)
+            f.write(os.urandom(MiB))
+        detach_dom0(dp, parent, call=once)
+    # receive_cancel
+    dp("Datapath.deactivate", uri=uri(leaf), domain=MIRROR_VM)
+    dp("Datapath.detach", uri=uri(leaf), domain=MIRROR_VM)
+    for key in (dummy["key"], leaf["key"], parent["key"]):
+        try:
+            plugin("Volume.destroy", sr=sr, key=key)
+        except Exception:
+            pass                             # xapi logs and ignores it
+    assert plugin("SR.ls", sr=sr) == []
+    assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
+              sr).split() == [sr], step
     nothing_left(sr)
