@@ -277,14 +277,13 @@ def _txg_in_history(source, snapshot):
                  "either may hold", source)
         return None
     mine = source.split("@", 1)[0].split("#", 1)[0]
+    theirs = set()
     for zvol, limit, strict in _lineage(meta.parent_of(snapshot),
                                         zfs.createtxg(snapshot)):
-        if mine == zvol:
-            if txg < limit or (txg == limit and not strict):
-                return txg
-            break
-    if set(z for z, _, _ in _lineage(mine, txg)) & set(
-            z for z, _, _ in _lineage(meta.parent_of(snapshot), 0)):
+        if mine == zvol and (txg < limit or (txg == limit and not strict)):
+            return txg
+        theirs.add(zvol)
+    if theirs & set(z for z, _, _ in _lineage(mine, txg)):
         log.info("%s is not in the history of %s (a revert in between): "
                  "listing every range either may hold", source, snapshot)
         return None
