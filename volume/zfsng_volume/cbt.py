@@ -280,10 +280,12 @@ def _txg_in_history(source, snapshot):
     theirs = set()
     for zvol, limit, strict in _lineage(meta.parent_of(snapshot),
                                         zfs.createtxg(snapshot)):
-        if mine == zvol and (txg < limit or (txg == limit and not strict)):
-            return txg
         theirs.add(zvol)
-    if theirs & set(z for z, _, _ in _lineage(mine, txg)):
+        if mine == zvol:
+            if txg < limit or (txg == limit and not strict):
+                return txg
+            break
+    if mine in theirs or theirs & set(z for z, _, _ in _lineage(mine, txg)):
         log.info("%s is not in the history of %s (a revert in between): "
                  "listing every range either may hold", source, snapshot)
         return None
