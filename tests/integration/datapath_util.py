@@ -3,6 +3,7 @@ domains xapi sends, URIs, O_DIRECT reads and writes compared by sha256,
 and the calls xapi makes for a dom0 attach."""
 
 import hashlib
+import mmap
 import os
 import random
 import subprocess
@@ -67,6 +68,24 @@ def dd_hash(path, size=DATA, offset=0):
     assert proc.returncode == 0, proc.stderr.decode()
     assert len(proc.stdout) == size
     return hashlib.sha256(proc.stdout).hexdigest()
+
+
+def write_direct(path, writes):
+    """(offset, bytes) writes with O_DIRECT, as tapdisk and xapi's copy
+    tools write (whole sectors reach the device, not whole 4 KiB pages),
+    then fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+    try:
+        for offset, data in writes:
+            buf = mmap.mmap(-1, len(data))
+            buf.write(data)
+            try:
+                assert os.pwrite(fd, buf, offset) == len(data)
+            finally:
+                buf.close()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def sha(data):

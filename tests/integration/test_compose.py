@@ -16,14 +16,13 @@ next call with the same bytes.
 """
 
 import hashlib
-import mmap
-import os
 import random
 
 import pytest
 
 from conftest import one_disk_sr, played, sh, traced_points
 from plugin_client import PluginError
+from datapath_util import write_direct
 from test_cbt import content, dataset_of, discard, write
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -56,20 +55,6 @@ def received(plugin, sr, seed):
     return leaf, parent, data
 
 
-def write_direct(dataset, offset, data):
-    """Write as tapdisk does: O_DIRECT, whole sectors, so only those
-    reach the zvol (a buffered write goes out in whole 4 KiB pages)."""
-    buf = mmap.mmap(-1, len(data))
-    buf.write(data)
-    fd = os.open("/dev/zvol/" + dataset, os.O_WRONLY | os.O_DIRECT)
-    try:
-        assert os.pwrite(fd, buf, offset) == len(data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-        buf.close()
-
-
 def mirror(leaf, data, seed, copied):
     """The mirror's writes into the sink; data becomes what the guest
     sees after them."""
@@ -83,7 +68,7 @@ def mirror(leaf, data, seed, copied):
     for offset, length, *fill in writes:
         chunk = (fill[0] * length if fill else
                  rng.getrandbits(8 * length).to_bytes(length, "little"))
-        write_direct(sink, offset, chunk)
+        write_direct("/dev/zvol/" + sink, [(offset, chunk)])
         data[offset:offset + length] = chunk
     discard(sink, 2 * MiB, 8 * KiB)      # not carried: the parent's
     data[2 * MiB:2 * MiB + 8 * KiB] = copied[2 * MiB:2 * MiB + 8 * KiB]

@@ -21,14 +21,13 @@ compresses, and ZFS stores an all-zero block as a hole).
 """
 
 import hashlib
-import mmap
 import os
 import random
 
 import pytest
 
 from conftest import one_disk_sr
-from datapath_util import uri
+from datapath_util import uri, write_direct
 from test_cbt import content
 from xapi_flows import domain_of, vdi_clone, vdi_create, vdi_snapshot
 
@@ -59,20 +58,6 @@ def unplugged(plugin, dp, sr, vdi):
     plugin("Volume.stat", sr=sr, key=vdi["key"])
     dp("Datapath.deactivate", uri=uri(vdi), domain=DOM0)
     dp("Datapath.detach", uri=uri(vdi), domain=DOM0)
-
-
-def write_direct(path, writes):
-    """(offset, bytes) writes with O_DIRECT, then fsync."""
-    fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-    try:
-        for offset, data in writes:
-            buf = mmap.mmap(-1, len(data))
-            buf.write(data)
-            assert os.pwrite(fd, buf, offset) == len(data)
-            buf.close()
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def image(seed, extents):

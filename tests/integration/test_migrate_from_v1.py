@@ -41,7 +41,7 @@ import time
 import pytest
 
 from conftest import one_disk_sr, sh
-from datapath_util import attach_dom0, detach_dom0, once
+from datapath_util import attach_dom0, detach_dom0, once, write_direct
 from test_tapdisk import nothing_left
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -162,18 +162,23 @@ def uri(vol):
     return u
 
 
-def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
-    source = Source(sr, 7)
-    guest = Guest(source.tapdev, 8)
-    guest.start()
-    # receive_start_common, on the destination
-    leaf = plugin("Volume.create", sr=sr, name="web01", description="moved",
-                  size=DISK, sharable=False)
+def receive_start(plugin, dp, sr, description):
+    """receive_start_common, on the destination: (leaf, dummy, parent)."""
+    leaf = plugin("Volume.create", sr=sr, name="web01",
+                  description=description, size=DISK, sharable=False)
     dummy = plugin("Volume.snapshot", sr=sr, key=leaf["key"])
     dp("Datapath.attach", uri=uri(leaf), domain=MIRROR_VM)
     dp("Datapath.activate", uri=uri(leaf), domain=MIRROR_VM)
     parent = plugin("Volume.create", sr=sr, name="web01", description="",
                     size=DISK, sharable=False)
+    return leaf, dummy, parent
+
+
+def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
+    source = Source(sr, 7)
+    guest = Guest(source.tapdev, 8)
+    guest.start()
+    leaf, dummy, parent = receive_start(plugin, dp, sr, "moved")
     # nbd_handler and mirror_pass_fds: one connection, an end each side
     path = dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
     assert dp("Datapath.import_activate", uri=uri(leaf),
@@ -242,26 +247,13 @@ def test_a_receive_cancelled_at_any_step_leaves_nothing(plugin, dp, sr,
     mirror wrote, in the middle of the parent's copy (its own datapath
     destroyed first, as the failed copy does) and after it: nothing of
     the migration may be left on the destination."""
-    leaf = plugin("Volume.create", sr=sr, name="web01", description="",
-                  size=DISK, sharable=False)
-    dummy = plugin("Volume.snapshot", sr=sr, key=leaf["key"])
-    dp("Datapath.attach", uri=uri(leaf), domain=MIRROR_VM)
-    dp("Datapath.activate", uri=uri(leaf), domain=MIRROR_VM)
-    parent = plugin("Volume.create", sr=sr, name="web01", description="",
-                    size=DISK, sharable=False)
+    leaf, dummy, parent = receive_start(plugin, dp, sr, "")
     at = STEPS.index(step)
     if at >= 1:
         dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
     if at >= 2:
-        sink = "/dev/zvol/%s/%s.in" % (sr, leaf["key"])
-        fd = os.open(sink, os.O_WRONLY | os.O_DIRECT)
-        buf = mmap.mmap(-1, 4 * KiB)
-        buf.write(os.urandom(4 * KiB))
-        try:
-            os.pwrite(fd, buf, 3 * MiB + 512)
-        finally:
-            os.close(fd)
-            buf.close()
+        write_direct("/dev/zvol/%s/%s.in" % (sr, leaf["key"]),
+                     [(3 * MiB + 512, os.urandom(4 * KiB))])
     if at >= 3:
         device = attach_dom0(dp, parent, call=once)
         with open(device, "r+b") as f:
