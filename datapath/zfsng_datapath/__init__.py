@@ -13,6 +13,7 @@ Modules (on the core library, ``zfsng``: see ARCHITECTURE.md)
   tapctl    every ``tap-ctl`` command, with its syntax and source
   state     one JSON file per (URI, domain) under /var/run/nonpersistent
   reset     reset-on-boot of a non-persistent disk
+  iostat    the /dev/sm/phy links xcp-rrdd's iostat plugin counts by
   datapath  the Datapath.* methods
   plugin    Plugin.Query
   errors    the datapath's own typed errors

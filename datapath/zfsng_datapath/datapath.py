@@ -30,8 +30,8 @@ Snapshot VDIs reach a guest through a read-only clone: snapclone.py.
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import lock, log, wire, zvoldev
-from zfsng_datapath import reset, scope, snapclone, state, tapctl, \
+from zfsng import lock, log, meta, wire, zvoldev
+from zfsng_datapath import iostat, reset, scope, snapclone, state, tapctl, \
     uri as urimod
 from zfsng_datapath.errors import NotAttached, TapdiskError, \
     TapdiskUnavailable
@@ -131,13 +131,14 @@ def _target(uri, domain=None):
 def _device_dataset(target, st):
     """The dataset to hand out: the zvol, or the snapshot's clone (and
     whether it was made now). Checks the VDI, finishes a reset a crash
-    interrupted, sweeps unused clones."""
+    interrupted, sweeps unused clones; notes the SR's uuid (iostat)."""
     with lock.sr_lock(target.sr):
         if target.snapshot is None:
-            reset.prepare(target)
+            st["sr_uuid"] = reset.prepare(target)[meta.SR_UUID]
             snapclone.sweep(target.sr)
             return target.head, False
-        scope.check(target)
+        st["sr_uuid"] = scope.check_sr(target)[meta.SR_UUID]
+        scope.check_vdi(target)
         st["clone"] = snapclone.name(target)
         state.save(st)   # before the clone exists: detach knows to remove it
         made = snapclone.ensure(target)
@@ -161,6 +162,7 @@ def attach(dbg, uri, domain):
             zvoldev.wait(st["device"])
             if guest:
                 _ensure_tapdisk(st, view)
+            _link_for_iostat(target, st)
         except Exception:
             if old is None:   # a refused first attach leaves nothing
                 if _release_tapdisk(st):
@@ -177,14 +179,26 @@ def attach(dbg, uri, domain):
         return {"implementations": impls}
 
 
+def _link_for_iostat(target, st):
+    """The VDI's /dev/sm/phy link to what tapdisk opens (iostat)."""
+    link = iostat.make(st["sr_uuid"], target.key(),
+                       zvoldev.link(st["device"]))
+    if link != st.get("phy"):
+        st["phy"] = link
+        state.save(st)
+
+
 def _implementations(target, st):
     """A guest attach's answer. xenopsd writes the VBD's ``params`` from
     the first BlockDevice (or File) of it, before the XenDisk's own
     (xenops_server_xen.ml params_of_backend), and the vbd3 backend
     (tapback) finds the tapdisk by that device's number: so the
     BlockDevice is tapdisk's device too, as XCP-ng's own tapdisk
-    datapath answers, never the zvol under it."""
-    return [["XenDisk", {"params": st["tapdev"], "extra": {},
+    datapath answers, never the zvol under it. ``extra`` goes to the
+    backend's ``sm-data/``: ``vdi-uuid`` names the VDI to xcp-rrdd's
+    iostat plugin (iostat.py)."""
+    return [["XenDisk", {"params": st["tapdev"],
+                         "extra": {"vdi-uuid": target.key()},
                          "backend_type": "vbd3"}],
             ["BlockDevice", {"path": st["tapdev"]}],
             ["Nbd", {"uri": _nbd_uri(target, st)}]]
@@ -287,6 +301,8 @@ def detach(dbg, uri, domain):
                 done = _release_tapdisk(st)   # none in a dom0 state
                 if done:
                     state.remove(owner, domain)
+                    iostat.drop(st.get("phy"), [
+                        s.get("phy") for s in state.all_states()])
                 else:
                     st["detaching"] = True
                     state.save(st)

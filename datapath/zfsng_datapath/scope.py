@@ -41,7 +41,7 @@ def check(target):
 
 def check_vdi(target):
     """check without the SR's own check (done already)."""
-    key = target.snapshot or target.head.rsplit("/", 1)[1]
+    key = target.key()
     found = row(target.dataset)
     if found is None:
         raise errors.Volume_does_not_exist(key)

@@ -19,6 +19,7 @@ Fields (all optional but uri/dataset/domain):
   minor      the blktap minor allocated for it; tapdev its device path
   attached   whether `tap-ctl attach` of pid to minor succeeded
   active     whether activate succeeded (and readonly: how)
+  sr_uuid    the SR's uuid; phy: the VDI's /dev/sm/phy link (iostat)
 """
 
 import os

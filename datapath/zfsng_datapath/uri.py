@@ -49,6 +49,10 @@ class Target(object):
     def __repr__(self):
         return "Target(%r)" % self.dataset
 
+    def key(self):
+        """The VDI's uuid (xapi's key): the snapshot's, or the zvol's."""
+        return self.snapshot or self.head.rsplit("/", 1)[1]
+
 
 def parse(uri):
     """The Target of a zfs-ng URI, or raise InvalidArgument.

@@ -24,7 +24,8 @@ sys.path.append(os.path.join(TOP, "tests", "integration"))  # xapi_flows
 
 from zfsng import errors, meta, runner, wire, zvoldev  # noqa: E402
 
-from zfsng_datapath import datapath, snapclone, state, tapctl  # noqa: E402
+from zfsng_datapath import datapath, iostat, snapclone, state, \
+    tapctl  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import uri as urimod  # noqa: E402
 from zfsng.errors import DeviceNotReady  # noqa: E402
@@ -153,6 +154,7 @@ def new_host(root, monkeypatch):
     monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
     monkeypatch.setattr(zvoldev, "POLL", 0.01)
     monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
+    monkeypatch.setattr(iostat, "PHY_DIR", os.path.join(h.dev, "sm", "phy"))
     boot = root / "boot_id"
     boot.write_text("boot-1\n")
     monkeypatch.setattr(snapclone, "BOOT_ID_PATH", str(boot))
@@ -410,7 +412,8 @@ def test_guest_attach_spawns_allocates_attaches(host, vdi):
     result = dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
     (pid,) = host.tap.tapdisks
     assert result == {"implementations": [
-        ["XenDisk", {"params": "/dev/xen/blktap-2/tapdev0", "extra": {},
+        ["XenDisk", {"params": "/dev/xen/blktap-2/tapdev0",
+                     "extra": {"vdi-uuid": vol["key"]},
                      "backend_type": "vbd3"}],
         ["BlockDevice", {"path": "/dev/xen/blktap-2/tapdev0"}],
         ["Nbd", {"uri": "nbd:unix:/var/run/blktap-control/nbd%d.0:"
