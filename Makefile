@@ -165,7 +165,7 @@ test-protocol-py36: $(VPY36)
 lint-py36: $(VPY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
 	    tests/integration tests/demo.py tests/bench tests/plugin_client.py \
-	    tests/migration_util.py \
+	    tests/migration_util.py tests/rrdv2.py \
 	    tests/faults/powercut.py tests/faults/report.py
 
 # GUEST_SPLIT=none runs every test on the version (ZFSNG_GUEST_SPLIT in

@@ -27,7 +27,7 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
     sys.path.insert(0, VOLUME_DIR)
 
 from zfsng import abandoned, hostid, lock, runner, wire  # noqa: E402
-from zfsng_volume import alert, cleanup, main  # noqa: E402
+from zfsng_volume import alert, cleanup, main, srmetrics  # noqa: E402
 
 import fakezfs  # noqa: E402
 
@@ -46,14 +46,23 @@ def run_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("run"))
 
 
+@pytest.fixture
+def writers():
+    """The SR statistics writers SR.attach and SR.stat started (argv)."""
+    return []
+
+
 @pytest.fixture(autouse=True)
-def isolated(run_dir, monkeypatch, tmp_path):
+def isolated(run_dir, monkeypatch, tmp_path, writers):
     """No real command; locks in the session's own directory, SR.destroy's
-    saved clean-up plans and records of failed calls in the test's own."""
+    saved clean-up plans and records of failed calls in the test's own;
+    SR statistics files in the test's own, their writers never started."""
     monkeypatch.setattr(lock, "RUN_DIR", run_dir)
     monkeypatch.setattr(cleanup, "PLAN_DIR", str(tmp_path / "destroy"))
     monkeypatch.setattr(abandoned, "DIR", str(tmp_path / "abandoned"))
     monkeypatch.setattr(alert, "XE", os.path.join(run_dir, "no-xe"))
+    monkeypatch.setattr(srmetrics, "DIR", str(tmp_path / "metrics"))
+    monkeypatch.setattr(srmetrics, "_spawn", writers.append)
     # This host's ZFS hostid, as zgenhostid writes it (multihost needs one)
     hostid_file = os.path.join(run_dir, "hostid")
     with open(hostid_file, "wb") as f:

@@ -26,7 +26,8 @@ def test_stat_record(fake):
     assert stat["uuid"] == SR_UUID
     assert stat["name"] == "tank"
     assert stat["description"] == "VM disks"
-    assert stat["datasources"] == []
+    assert stat["datasources"] == [
+        "xeno+shm:///zfs-ng-" + SR_UUID]     # test_srmetrics.py
     assert stat["clustered"] is False
     assert stat["health"] == ["Healthy", ""]
 

@@ -25,7 +25,7 @@ import json
 from zfsng import collect, errors, hostid, inventory, lock, log, meta, names, \
     pools, values, wire, zfs, zvoldev
 from zfsng_volume import alert, cleanup, devconfig, devices, health, \
-    poolimport, volume
+    poolimport, srmetrics, volume
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -41,7 +41,8 @@ def stat_of(sr, row=None, sr_health=None):
             "name": values.decode_text(row[meta.SR_NAME]),
             "description": values.decode_text(row[meta.SR_DESCRIPTION]),
             "free_space": available, "total_space": used + available,
-            "datasources": [], "clustered": False,
+            "datasources": srmetrics.datasources(sr, row[meta.SR_UUID]),
+            "clustered": False,
             "health": sr_health or health.health(meta.pool_of(sr))}
 
 
@@ -236,17 +237,19 @@ def attach(dbg, configuration):
         if cfg.pool_guid and cleanup.load(cfg.pool_guid):
             cleanup.drop(cfg.pool_guid)  # killed before zpool destroy
     with lock.sr_lock(dataset):
-        _claimed(dataset)
+        row = zfs.get_one(dataset, [meta.SR_UNCLAIMED, meta.SR_UUID])
+        _claimed(dataset, row)
         collect.collect(dataset)  # finish what a crash may have left
     zvoldev.wait_for_links([r["name"] for r in zfs.list_datasets(
         dataset, ["name"], types="volume")], LINK_TIMEOUT)
+    srmetrics.start(dataset, row[meta.SR_UUID])
     return dataset
 
 
-def _claimed(sr):
+def _claimed(sr, row):
     """The SR's first attach: remove the mark that lets a retried SR.create
     take the pool over (see _unclaimed); from now on it is in use."""
-    if zfs.get_one(sr, [meta.SR_UNCLAIMED])[meta.SR_UNCLAIMED] is None:
+    if row[meta.SR_UNCLAIMED] is None:
         return
     try:
         zfs.inherit(sr, meta.SR_UNCLAIMED)
@@ -264,6 +267,7 @@ def detach(dbg, sr):
         except errors.Sr_not_attached:
             log.info("SR %s is not attached: nothing to detach", sr)
             return None
+        srmetrics.stop(row[meta.SR_UUID])
         if row[meta.SR_OWNER] == "pool":
             log.info("exporting pool %s", meta.pool_of(sr))
             pools.export_pool(meta.pool_of(sr))
@@ -369,6 +373,7 @@ def destroy(dbg, sr):
                 "SR %s still holds %d VDI(s); destroy them first"
                 % (sr, count))
         _refuse_other_data(sr)
+        srmetrics.stop(row[meta.SR_UUID])
         if row[meta.SR_OWNER] == "pool":
             _destroy_pool(meta.pool_of(sr), row)
         else:

@@ -1,0 +1,83 @@
+"""An SR's figures from its pool: what ``zpool iostat`` and ``zpool list``
+know and a VM's disk view cannot (srmetrics publishes them).
+
+Per sample, three bounded commands with parsable output:
+  zpool iostat -Hpy -l <pool> <interval> 1   operations, bytes and latency
+                                             over the interval (-y: not the
+                                             averages since import)
+  zpool list -Hp -o ...                      pool size, space, fragmentation,
+                                             health
+  zfs get -Hp -o property,value ...          the SR dataset's space and
+                                             compression ratio
+A command that fails or runs past its bound leaves its figures unknown
+(NaN), never the sample: a suspended pool still reports its health.
+"""
+
+from zfsng import runner
+
+NAN = float("nan")
+
+# zpool iostat -Hp -l columns (2.1 and 2.3 agree on these; later ones,
+# such as 2.2's rebuild wait, are not read)
+_IOSTAT = (("read_iops", 3, 1), ("write_iops", 4, 1),
+           ("read_throughput", 5, 1), ("write_throughput", 6, 1),
+           ("read_latency", 7, 1e-6), ("write_latency", 8, 1e-6))
+_LIST = ("size", "allocated", "free", "fragmentation", "health")
+_GET = ("used", "available", "compressratio")
+
+# health as a number: an alarm can watch for anything above 0
+HEALTH = {"ONLINE": 0, "DEGRADED": 1}
+NOT_SERVING = 2
+
+
+def _number(text, scale=1):
+    """A -p figure as a float; "-" (no value) and junk as NaN."""
+    try:
+        return float(text.rstrip("x%")) * scale
+    except (AttributeError, ValueError):
+        return NAN
+
+
+def parse_iostat(text):
+    """Rates and latencies from the one report of ``zpool iostat -Hpy -l``
+    (latencies in nanoseconds, given in milliseconds)."""
+    lines = [line for line in text.split("\n") if line]
+    cells = lines[-1].split("\t") if lines else []
+    return dict((name, _number(cells[i], scale) if i < len(cells) else NAN)
+                for name, i, scale in _IOSTAT)
+
+
+def parse_list(text):
+    cells = (text.strip("\n").split("\t") + [""] * len(_LIST))[:len(_LIST)]
+    row = dict(zip(_LIST, cells))
+    figures = dict(("pool_" + k, _number(row[k]))
+                   for k in ("size", "allocated", "free"))
+    figures["fragmentation"] = _number(row["fragmentation"])
+    figures["health"] = float(HEALTH.get(row["health"], NOT_SERVING))
+    return figures
+
+
+def parse_get(text):
+    row = dict(line.split("\t", 1) for line in text.split("\n")
+               if line.count("\t") == 1)
+    return {"sr_used": _number(row.get("used")),
+            "sr_available": _number(row.get("available")),
+            "compressratio": _number(row.get("compressratio"))}
+
+
+def _out(argv, bound):
+    result = runner.run(argv, bound=bound)
+    return result.out if result.rc == 0 else ""
+
+
+def sample(pool, sr, interval):
+    """Every figure of pool and sr, the rates over interval seconds."""
+    figures = parse_iostat(_out(
+        ["zpool", "iostat", "-Hpy", "-l", pool, str(interval), "1"],
+        interval + 10.0))
+    figures.update(parse_list(_out(        # none: health NOT_SERVING
+        ["zpool", "list", "-Hp", "-o", ",".join(_LIST), pool], 10.0)))
+    figures.update(parse_get(_out(
+        ["zfs", "get", "-Hp", "-o", "property,value", ",".join(_GET), sr],
+        10.0)))
+    return figures
