@@ -77,8 +77,8 @@ def test_a_dom0_attach_links_the_zvol_it_hands_out(host, vdi):
     assert host.tap.tapdisks == {}       # nothing for iostat to count
 
 
-def test_the_link_stays_while_another_attach_of_the_vdi_needs_it(host,
-                                                                snap_vdi):
+def test_the_link_stays_while_another_attach_of_the_vdi_needs_it(
+        host, snap_vdi):
     sr, vol, snap = snap_vdi
     for domain in (GUEST, "8"):
         dp("Datapath.attach", uri=uri_of(snap), domain=domain)

@@ -27,7 +27,8 @@ IOSTAT_21 = ("tank\t1069056\t1072672768\t12\t340\t49152\t10485760\t250000"
              "\t1500000\t200000\t1200000\t-\t-\t40000\t300000\t-\n")
 IOSTAT_23 = IOSTAT_21.rstrip("\n") + "\t-\n"
 LIST = "1073741824\t1069056\t1072672768\t3\tONLINE\n"
-GET = "used\t5505024\navailable\t1034944512\ncompressratio\t1.85x\n"
+GET = ("used\t5505024\navailable\t1034944512\ncompressratio\t1.85x\n"
+       "org.xcp-ng.zfs-ng:sr-uuid\t%s\n" % SR_UUID)
 
 
 def figures(**changes):
@@ -37,7 +38,7 @@ def figures(**changes):
     return values
 
 
-# --- the file -------------------------------------------------------------------
+# --- the file ----------------------------------------------------------------
 
 def test_the_file_reads_back_as_xcp_rrdd_reads_it(tmp_path):
     path = str(tmp_path / "m")
@@ -98,7 +99,7 @@ def test_an_update_of_a_missing_or_smaller_file_says_so(tmp_path):
     assert not rrdfile.update(path, payload)
 
 
-# --- the figures ---------------------------------------------------------------
+# --- the figures -------------------------------------------------------------
 
 @pytest.mark.parametrize("text", [IOSTAT_21, IOSTAT_23])
 def test_iostat_rates_and_latencies(text):
@@ -129,13 +130,15 @@ def test_a_pool_that_cannot_be_listed_cannot_serve():
     assert got["health"] == 2 and math.isnan(got["pool_size"])
 
 
-def test_the_sr_dataset_space_and_compression():
+def test_the_sr_dataset_space_compression_and_owner():
     assert poolstats.parse_get(GET) == {
         "sr_used": 5505024.0, "sr_available": 1034944512.0,
         "compressratio": 1.85}
+    assert poolstats.sr_uuid_of(GET) == SR_UUID
+    assert poolstats.sr_uuid_of("") is None
 
 
-# --- the writer's life, through the SR calls ----------------------------------------
+# --- the writer's life, through the SR calls ---------------------------------
 
 def test_attach_makes_the_file_before_it_returns_and_starts_a_writer(
         fake, writers):
@@ -155,8 +158,8 @@ def hold_writer_lock():
     return fd
 
 
-def test_stat_starts_a_writer_again_only_when_none_runs(fake, writers,
-                                                         monkeypatch):
+def test_stat_starts_a_writer_again_only_when_none_runs(
+        fake, writers, monkeypatch):
     sr, _ = create_sr()                 # SR.attach, then SR.stat at once:
     assert len(writers) == 1            # the new writer is left its time
     monkeypatch.setattr(srmetrics, "STARTUP", 0.0)
@@ -192,7 +195,7 @@ def test_an_attach_without_a_usable_metrics_dir_attaches(fake, writers,
     assert writers == []
 
 
-# --- the writer itself ----------------------------------------------------------
+# --- the writer itself -------------------------------------------------------
 
 class Pool(object):
     """The three commands of a sample, answered from text."""
@@ -233,7 +236,7 @@ def test_a_period_writes_every_figure(pool):
     assert [a[0][:3] for a, _ in [(p, 0) for p in pool.argvs]] == [
         ["zpool", "iostat", "-Hpy"], ["zpool", "list", "-Hp"],
         ["zfs", "get", "-Hp"]]
-    assert all(bound is not None for _, bound in pool.argvs)
+    assert 0 < runner.remaining() <= srmetrics.PERIOD * 6   # each bounded
 
 
 def test_a_gone_pool_is_published_as_such_and_counted(pool):
@@ -255,12 +258,32 @@ def test_the_writer_ends_when_the_sr_is_detached_or_its_file_gone(pool):
     assert not os.path.exists(srmetrics.path(SR_UUID))   # never made again
 
 
-def test_the_writer_ends_after_its_pool_is_gone_a_while(pool, monkeypatch):
+@pytest.mark.parametrize("get", ["", GET.replace(SR_UUID, "other")])
+def test_the_writer_ends_once_its_sr_is_gone_a_while(
+        pool, monkeypatch, get):
+    """No dataset, or another SR's (a new pool by the same name)."""
     attached()
-    pool.out = {"iostat": "", "list": "", "get": ""}
+    pool.out["get"] = get
     monkeypatch.setattr(srmetrics, "PERIOD", 0.0)
     srmetrics._write("tank", SR_UUID)              # returns: bounded
     assert len(pool.argvs) == 3 * srmetrics.GONE_LIMIT
+
+
+def test_a_moment_without_the_sr_is_forgiven(pool, monkeypatch):
+    attached()
+    answers = iter([""] * (srmetrics.GONE_LIMIT - 1) + [GET] +
+                   [""] * srmetrics.GONE_LIMIT)
+    pool.out = {"iostat": IOSTAT_21, "list": LIST}
+    monkeypatch.setattr(srmetrics, "PERIOD", 0.0)
+    real = Pool.__call__
+
+    def call(self, argv, stdin_text=None, bound=None):
+        if argv[1] == "get":
+            self.out["get"] = next(answers)
+        return real(self, argv, stdin_text, bound)
+    monkeypatch.setattr(Pool, "__call__", call)
+    srmetrics._write("tank", SR_UUID)
+    assert len(pool.argvs) == 3 * (2 * srmetrics.GONE_LIMIT)
 
 
 def test_a_second_writer_leaves_at_once(monkeypatch):

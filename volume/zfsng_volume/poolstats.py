@@ -8,12 +8,14 @@ Per sample, three bounded commands with parsable output:
   zpool list -Hp -o ...                      pool size, space, fragmentation,
                                              health
   zfs get -Hp -o property,value ...          the SR dataset's space and
-                                             compression ratio
-A command that fails or runs past its bound leaves its figures unknown
-(NaN), never the sample: a suspended pool still reports its health.
+                                             compression ratio, and whose
+                                             SR it is
+A command that fails or runs past the sample's deadline leaves its figures
+unknown (NaN), never the sample: a suspended pool still reports its
+health.
 """
 
-from zfsng import runner
+from zfsng import errors, meta, zfs
 
 NAN = float("nan")
 
@@ -23,7 +25,7 @@ _IOSTAT = (("read_iops", 3, 1), ("write_iops", 4, 1),
            ("read_throughput", 5, 1), ("write_throughput", 6, 1),
            ("read_latency", 7, 1e-6), ("write_latency", 8, 1e-6))
 _LIST = ("size", "allocated", "free", "fragmentation", "health")
-_GET = ("used", "available", "compressratio")
+_GET = ("used", "available", "compressratio", meta.SR_UUID)
 
 # health as a number: an alarm can watch for anything above 0
 HEALTH = {"ONLINE": 0, "DEGRADED": 1}
@@ -65,19 +67,33 @@ def parse_get(text):
             "compressratio": _number(row.get("compressratio"))}
 
 
-def _out(argv, bound):
-    result = runner.run(argv, bound=bound)
-    return result.out if result.rc == 0 else ""
+def sr_uuid_of(text):
+    """The SR uuid in a ``zfs get`` answer of sample's: whose dataset
+    it is (a pool of the same name may have replaced it)."""
+    for line in text.split("\n"):
+        prop, _, value = line.partition("\t")
+        if prop == meta.SR_UUID:
+            return value
+    return None
+
+
+def _out(command, *args):
+    """command's output, "" when it failed (the caller's call deadline
+    bounds it: srmetrics gives each sample its own)."""
+    try:
+        return command(*args, retry_busy=False)
+    except errors.StorageError:
+        return ""
 
 
 def sample(pool, sr, interval):
-    """Every figure of pool and sr, the rates over interval seconds."""
-    figures = parse_iostat(_out(
-        ["zpool", "iostat", "-Hpy", "-l", pool, str(interval), "1"],
-        interval + 10.0))
+    """(every figure of pool and sr, the rates over interval seconds; the
+    uuid of the SR whose dataset sr is, None if none is)."""
+    figures = parse_iostat(_out(zfs.zpool, "iostat", "-Hpy", "-l", pool,
+                                str(interval), "1"))
     figures.update(parse_list(_out(        # none: health NOT_SERVING
-        ["zpool", "list", "-Hp", "-o", ",".join(_LIST), pool], 10.0)))
-    figures.update(parse_get(_out(
-        ["zfs", "get", "-Hp", "-o", "property,value", ",".join(_GET), sr],
-        10.0)))
-    return figures
+        zfs.zpool, "list", "-Hp", "-o", ",".join(_LIST), pool)))
+    got = _out(zfs.zfs, "get", "-Hp", "-o", "property,value",
+               ",".join(_GET), sr)
+    figures.update(parse_get(got))
+    return figures, sr_uuid_of(got)

@@ -13,7 +13,10 @@ until SR.detach, as tapdisks are:
 - the writer holds a lock file for its whole life (at most one writer per
   SR), runs niced, takes its sample with bounded commands, and rewrites
   the file in place; it ends when the SR is no longer recorded as attached,
-  when the file is gone, or when its pool has been gone for a minute;
+  when the file is gone, or when the SR's dataset could not be read as
+  this SR's (pool gone, pool suspended, a new pool by the same name) for
+  GONE_LIMIT periods in a row; SR.stat starts another if the SR is still
+  attached;
 - SR.stat starts a writer again when the SR is recorded as attached and
   none holds the lock (one that was killed): never waiting for it;
 - SR.detach and SR.destroy drop the record, stop the writer and delete the
@@ -26,7 +29,6 @@ Run as ``python3 -m zfsng_volume.srmetrics -- <sr dataset> <sr uuid>``.
 """
 
 import errno
-import math
 import os
 import signal
 import sys
@@ -36,8 +38,8 @@ from zfsng import lock, log, meta, runfiles, runner, testhooks
 from zfsng_volume import poolstats, rrdfile
 
 DIR = testhooks.get("ZFSNG_METRICS_DIR", "/dev/shm/metrics")
-PERIOD = 5.0          # xcp-rrdd reads every 5 seconds
-SAMPLE = 4            # seconds of zpool iostat in each period
+PERIOD = float(testhooks.get("ZFSNG_METRICS_PERIOD", 5))  # xcp-rrdd's
+SAMPLE = max(1, int(PERIOD) - 1)   # seconds of zpool iostat in a period
 GONE_LIMIT = 12       # periods without the pool before the writer ends
 STOP_WAIT = 5.0       # seconds SR.detach waits for the writer to end
 STARTUP = 30.0        # seconds a new writer has to take its lock
@@ -88,7 +90,7 @@ def _lock_file(sr_uuid):
     return lock.run_file("srmetrics-" + sr_uuid, ".lock")
 
 
-# --- the plugin's side -----------------------------------------------------------
+# --- the plugin's side -------------------------------------------------------
 
 def start(sr, sr_uuid):
     """SR.attach: the file, the record, the writer. Never fails the
@@ -193,7 +195,7 @@ def _is_writer(pid, sr_uuid):
     return _MODULE.encode() in argv and sr_uuid.encode() in argv
 
 
-# --- the writer -----------------------------------------------------------------
+# --- the writer --------------------------------------------------------------
 
 def _attached(sr, sr_uuid):
     return (runfiles.read_json(_record(sr_uuid)) or {}).get("sr") == sr
@@ -202,7 +204,7 @@ def _attached(sr, sr_uuid):
 def _period(sr, sr_uuid, table):
     """One sample written; False when the writer should end."""
     runner.start_call(PERIOD * 6)
-    figures = poolstats.sample(meta.pool_of(sr), sr, SAMPLE)
+    figures, found = poolstats.sample(meta.pool_of(sr), sr, SAMPLE)
     if not _attached(sr, sr_uuid):
         return False
     payload = rrdfile.encode(table, dict(
@@ -210,7 +212,7 @@ def _period(sr, sr_uuid, table):
     if not rrdfile.update(path(sr_uuid), payload):
         log.info("SR %s: its metrics file is gone", sr)
         return False
-    return not math.isnan(figures["pool_size"])
+    return found == sr_uuid
 
 
 def _write(sr, sr_uuid):
