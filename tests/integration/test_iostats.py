@@ -150,10 +150,20 @@ def wait_for(check, what, limit=90.0):
 
 
 def writers(sr_uuid):
-    found = subprocess.run(["pgrep", "-f", "zfsng_volume.srmetrics .*%s"
-                            % sr_uuid], stdout=subprocess.PIPE,
-                           timeout=60).stdout.decode().split()
-    return sorted(int(p) for p in found)
+    """The SR's writer processes; not a child of one caught between its
+    fork and its exec (it still shows the writer's command line)."""
+    found = set(int(p) for p in subprocess.run(
+        ["pgrep", "-f", "zfsng_volume.srmetrics .*%s" % sr_uuid],
+        stdout=subprocess.PIPE, timeout=60).stdout.decode().split())
+    return sorted(p for p in found if _parent(p) not in found)
+
+
+def _parent(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (IOError, OSError, IndexError, ValueError):
+        return None
 
 
 def fresh_sample(path, after, **wanted):
