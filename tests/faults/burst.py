@@ -717,6 +717,7 @@ def judge_datasets(host, sr, meta, collect, when, at_rest):
     collector would free is left (it ran at SR.attach); at rest (no
     attach, no reset pending) no datapath clone, reset point or stand-in
     either."""
+    from zfsng.ownership import made_by_zfsng   # the installed copy
     rows = zfs_rows(sr, meta)
     present = dict((r["name"], r) for r in rows)
     for row in rows:
@@ -724,7 +725,7 @@ def judge_datasets(host, sr, meta, collect, when, at_rest):
             if not meta.is_sr_root(sr, row):
                 host.problem("%s: %s is not the SR's root" % (when, sr))
             continue
-        if not meta.made_by_zfsng(row, sr):
+        if not made_by_zfsng(row, sr):
             host.problem("%s: %s (%s) is not a dataset zfs-ng knows" % (
                 when, row["name"], row["type"]))
     vols = [r for r in rows if r["type"] in ("volume", "snapshot")]

@@ -11,7 +11,7 @@ from datapath_util import DOM0, attach_dom0, detach_dom0, once
 
 MiB = 1 << 20
 POOL = "nlpool"
-# meta.longest_name: <sr>/<uuid>@zfsng-clone-<uuid>, the SR dataset
+# namelimits.longest_name: <sr>/<uuid>@zfsng-clone-<uuid>, the SR dataset
 # <parent>/zfsng-<uuid>: 255 - 86 - 43 characters of parent
 PARENT = POOL + "/" + "d" * (255 - 86 - 43 - len(POOL) - 1)
 

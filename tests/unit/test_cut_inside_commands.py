@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from zfsng import meta
+from zfsng import meta, ownership
 
 import fakezfs
 from conftest import call, check_fake_host, create_sr
@@ -119,7 +119,7 @@ def test_what_counts_as_an_unfinished_create():
     new = meta.creating_name(sr, key)
     assert meta.is_unfinished_create(row(new, usedds="12288"))
     assert meta.is_unfinished_create(row(new, **{meta.VDI_UUID: key}))
-    assert meta.made_by_zfsng(row(new), sr)
+    assert ownership.made_by_zfsng(row(new), sr)
     # not a name zfs-ng makes, not a plain zvol, not a clone, not a VDI
     # of another name, not a filesystem: an admin's
     for other in (row(sr + "/mine.new"), row(sr + "/" + key),
@@ -136,7 +136,7 @@ def test_a_datapath_clone_is_unmarked_only_if_the_listing_says_so():
     sr, vol, snap = "tank", str(uuid.uuid4()), str(uuid.uuid4())
     ro = row(meta.clone_name(sr, snap), origin="%s/%s@%s" % (sr, vol, snap))
     assert meta.is_unmarked_clone(ro)
-    assert meta.made_by_zfsng(ro, sr)
+    assert ownership.made_by_zfsng(ro, sr)
     assert not meta.is_unmarked_clone(dict(ro, **{meta.DATAPATH_CLONE:
                                                   "boot-1"}))
     without = dict(ro)

@@ -22,7 +22,8 @@ TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, "datapath"))
 sys.path.append(os.path.join(TOP, "tests", "integration"))  # xapi_flows
 
-from zfsng import errors, meta, runner, wire, zvoldev  # noqa: E402
+from zfsng import errors, meta, namelimits, runner, wire, \
+    zvoldev  # noqa: E402
 
 from zfsng_datapath import datapath, iostat, snapclone, state, \
     tapctl  # noqa: E402
@@ -319,9 +320,9 @@ def test_state_files_of_the_longest_names_zfs_allows(tmp_path, monkeypatch):
     checked at SR.create), each '/' escaped to three: its state file is
     still a file name the file system takes, one per (dataset, domain)."""
     monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
-    sr = "p" * (meta.room_for("p") + 1)
-    longest = meta.longest_name(sr)
-    assert len(longest) == meta.MAX_NAME
+    sr = "p" * (namelimits.room_for("p") + 1)
+    longest = namelimits.longest_name(sr)
+    assert len(longest) == namelimits.MAX_NAME
     snapshot = "%s/%s@%s" % (sr, "a" * 36, "b" * 36)
     paths = set()
     for dataset in (longest, snapshot, snapshot[:-1] + "c"):
@@ -906,7 +907,7 @@ def test_vdis_of_an_sr_at_the_name_limit_attach(host):
     pool-name SR.create takes): its VDI and snapshot VDI attach and detach
     for a guest and for dom0 (URI check, state files, clone names)."""
     sr, _ = create_sr({"device": "/dev/sdb",
-                       "pool-name": "p" * meta.room_for("")})
+                       "pool-name": "p" * namelimits.room_for("")})
     vol = create_volume(sr, size=GiB, name="disk")
     snap = snapshot_of(sr, vol)
     for uri in (uri_of(vol), uri_of(snap)):

@@ -7,7 +7,7 @@ At the limit, every kind of name zfs-ng makes works.
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import errors, meta, namelimits
 
 from conftest import SR_UUID, call, create_volume
 
@@ -17,11 +17,11 @@ FALLBACK = "zfsng-" + SR_UUID[:8]
 def longest_parent(source):
     """The longest pool or dataset name of source that SR.create takes."""
     if source == "dataset":
-        room = meta.room_for(meta.sample_sr_dataset("tank/"))
+        room = namelimits.room_for(namelimits.sample_sr_dataset("tank/"))
         return "tank/" + "d" * room
     if source == "zpool":
-        return "z" * (meta.room_for(meta.sample_sr_dataset("")))
-    return "p" * meta.room_for("")
+        return "z" * (namelimits.room_for(namelimits.sample_sr_dataset("")))
+    return "p" * namelimits.room_for("")
 
 
 def config_for(fake, source, name):
@@ -73,12 +73,12 @@ def test_at_the_limit_every_name_zfs_ng_makes_works(fake, source):
          length=-1)
     call("Volume.data_destroy", sr=sr, key=snap)
     made = fake.pool(meta.pool_of(sr)).datasets
-    assert max(len(n) for n in made) == meta.MAX_NAME   # the live clone's
+    assert max(len(n) for n in made) == namelimits.MAX_NAME   # the live clone's
     assert len(call("SR.ls", sr=sr)) == 4
 
 
 def test_a_name_label_too_long_for_a_pool_name_falls_back(fake):
-    label = "n" * (meta.room_for("") + 1)
+    label = "n" * (namelimits.room_for("") + 1)
     sr = call("SR.attach", configuration=sr_create({"device": "/dev/sdb"},
                                                    name=label))
     assert sr == FALLBACK
@@ -86,7 +86,7 @@ def test_a_name_label_too_long_for_a_pool_name_falls_back(fake):
 
 
 def test_the_longest_name_label_that_fits_names_the_pool(fake):
-    label = "n" * meta.room_for("")
+    label = "n" * namelimits.room_for("")
     sr = call("SR.attach", configuration=sr_create({"device": "/dev/sdb"},
                                                    name=label))
     assert sr == label

@@ -37,7 +37,7 @@ SR lock.
 """
 
 from zfsng import abandoned, errors, inventory, lock, log, meta, \
-    revertsteps, zfs
+    ownership, revertsteps, zfs
 
 ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 
@@ -58,7 +58,7 @@ def garbage(rows):
         elif meta.is_sink(row) and _sink_orphan(row, rows):
             actions.append(("destroy", row["name"]))
         elif meta.is_hidden(row) and \
-                not meta.has_dependents(row["name"], rows):
+                not ownership.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
         elif meta.is_unmarked_clone(row) or meta.is_unfinished_create(row):
             actions.append(("destroy", row["name"]))

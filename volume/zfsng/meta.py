@@ -28,7 +28,7 @@ Kinds (see the functions of the same names below)
                  being freed (``is_vdi``)
   hidden parent  a zvol destroyed while it had dependents: ``vdi`` is
                  HIDDEN; the collector frees it once nothing needs it
-                 (``is_hidden``, ``has_dependents``)
+                 (``is_hidden``; ``ownership.has_dependents``)
   stand-in       a zvol the datapath set aside to reset a non-persistent
                  VDI, between its two commands (``is_stand_in``)
   internal       ``<vol>@zfsng-clone-<uuid>``: taken to clone a live VDI,
@@ -61,7 +61,9 @@ Kinds (see the functions of the same names below)
                  the collector frees them (``is_unfinished_create``,
                  ``is_unmarked_clone``)
   foreign        anything else: an admin's snapshot, dataset or bookmark;
-                 never changed (``is_foreign``, ``made_by_zfsng``)
+                 never changed (``ownership``)
+
+How long the names get: ``namelimits``.
 
 Values that hold free text are JSON-encoded (ASCII only): ``zfs list -H``
 separates columns with tabs and rows with newlines, and a name may contain
@@ -413,56 +415,6 @@ def is_unfinished_create(row):
         row.get(VDI_UUID) in (None, uuid)
 
 
-def is_foreign(row):
-    """A snapshot zfs-ng did not take (an admin's): never touched."""
-    name = object_uuid(row["name"])
-    return is_snapshot(row) and not is_internal(row) and \
-        name != NONPERSISTENT_SNAPSHOT and row.get(VDI_UUID) != name
-
-
-def has_dependents(volume, rows):
-    """Whether anything still needs the zvol: one of its snapshots is a
-    VDI, has clones, or is an admin's own; or a data-destroyed VDI's
-    bookmark is on it (destroying the zvol would take the bookmark)."""
-    return any((is_snapshot(r) and parent_of(r["name"]) == volume and
-                (is_vdi(r) or clones_of(r) or is_foreign(r))) or
-               (is_data_destroyed(r) and
-                parent_of(bookmarked_snapshot(r)) == volume) for r in rows)
-
-
-def made_by_zfsng(row, sr):
-    """Whether a dataset, snapshot or bookmark below the SR dataset is
-    zfs-ng's own: a zvol <sr>/<uuid> carrying a vdi value (a VDI, a hidden
-    parent awaiting collection, a zvol the datapath set aside), a datapath
-    clone <sr>/<uuid>.ro, and on those zvols the VDI snapshots,
-    snapshots being freed (deferred), internal and reset-point snapshots,
-    and the bookmarks data_destroy leaves, <uuid>#<uuid>; and what a power
-    cut left unfinished (``is_unmarked_clone``, ``is_unfinished_create``:
-    the rows need origin, usedds and DATAPATH_CLONE). Anything else
-    (filesystems, other zvols, the admin's snapshots and bookmarks) is
-    not."""
-    parent, _, last = parent_of(row["name"]).rpartition("/")
-    if parent != sr:
-        return False
-    if row["type"] == "volume":
-        if names.is_uuid(last):
-            return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)
-        if is_unmarked_clone(row) or is_unfinished_create(row) or \
-                is_sink(row):
-            return True
-        return last.endswith(CLONE_SUFFIX) and \
-            names.is_uuid(last[:-len(CLONE_SUFFIX)]) and \
-            row.get(DATAPATH_CLONE) is not None
-    if row["type"] == "bookmark":
-        vol, _, mark = last.partition("#")
-        return names.is_uuid(vol) and names.is_uuid(mark)
-    if row["type"] != "snapshot":
-        return False
-    return is_vdi(row) or is_internal(row) or \
-        row.get("defer_destroy") == "on" or \
-        object_uuid(row["name"]) == NONPERSISTENT_SNAPSHOT
-
-
 # --- the datapath's datasets ---------------------------------------------------
 
 CLONE_SUFFIX = ".ro"
@@ -494,35 +446,6 @@ def creating_name(sr, vdi_uuid):
 def clone_name(sr, snapshot_uuid):
     """The datapath's read-only clone of a snapshot VDI."""
     return "%s/%s%s" % (sr, snapshot_uuid, CLONE_SUFFIX)
-
-
-MAX_NAME = names.MAX_NAME
-_SAMPLE_UUID = "00000000-0000-4000-8000-000000000000"
-
-
-def longest_name(sr):
-    """The longest name zfs-ng ever makes in the SR dataset sr, by the
-    rules above with a uuid's length: SR.create refuses (or, for a pool
-    named after the SR, avoids) an SR where it would pass MAX_NAME, since
-    ZFS would refuse it in the middle of a later call (a snapshot, a live
-    clone) that xapi expects to work."""
-    vdi = vdi_dataset(sr, _SAMPLE_UUID)
-    snapshot = "%s@%s" % (vdi, _SAMPLE_UUID)
-    return max([vdi, creating_name(sr, _SAMPLE_UUID),
-                clone_name(sr, _SAMPLE_UUID), snapshot, bookmark(snapshot),
-                internal_snapshot(vdi, _SAMPLE_UUID), reset_point(vdi),
-                compose_snapshot(sink_name(sr, _SAMPLE_UUID)),
-                "%s@%s%s" % (vdi, CBT_SNAPSHOT, _SAMPLE_UUID)], key=len)
-
-
-def room_for(sr):
-    """How many bytes sr may grow by (negative: too long by that much)."""
-    return MAX_NAME - len(longest_name(sr).encode("utf-8"))
-
-
-def sample_sr_dataset(parent):
-    """The SR dataset an SR adopting parent gets, with a uuid's length."""
-    return child_sr_dataset(parent, _SAMPLE_UUID)
 
 
 def is_clone_of(row, sr, snapshot_uuid):

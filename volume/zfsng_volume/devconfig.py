@@ -7,7 +7,7 @@ for Plugin.Query (``xe sm-list`` shows it).
 
 import re
 
-from zfsng import meta, names
+from zfsng import namelimits, names
 from zfsng.errors import InvalidConfiguration
 
 SOURCE_KEYS = ("device", "file-uri", "vdev", "zpool", "dataset")
@@ -110,26 +110,26 @@ def _devices_from_uri(value):
 
 def check_room(cfg):
     """For SR.create: every name zfs-ng will make in the SR fits ZFS's
-    limit (meta.longest_name), for the pool-name or the adopted pool or
+    limit (namelimits.longest_name), for the pool-name or the adopted pool or
     dataset given; else refused now, before anything exists, not by a
     snapshot months later. (Not checked at attach: an SR made before
     this check must stay reachable.)"""
     if cfg.source != "pool":
-        _with_room(meta.sample_sr_dataset(cfg.parent),
+        _with_room(namelimits.sample_sr_dataset(cfg.parent),
                    "device-config:%s" % cfg.source, cfg.parent)
     elif cfg.pool_name:
         _with_room(cfg.pool_name, "device-config:pool-name", cfg.pool_name)
 
 
 def _with_room(sr, what, given):
-    room = meta.room_for(sr)
+    room = namelimits.room_for(sr)
     if room < 0:
-        suffix = meta.longest_name(sr)[len(given):]
+        suffix = namelimits.longest_name(sr)[len(given):]
         raise InvalidConfiguration(
             "%s is too long by %d characters: zfs-ng makes names such as "
             "<%s>%s (%d characters more) in it, and ZFS allows %d in all; "
             "use a name of at most %d characters"
-            % (what, -room, what, suffix, len(suffix), meta.MAX_NAME,
+            % (what, -room, what, suffix, len(suffix), namelimits.MAX_NAME,
                len(given) + room))
     return sr
 

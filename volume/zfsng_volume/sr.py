@@ -22,8 +22,8 @@ health (``health``), SR.probe (``probe``).
 
 import json
 
-from zfsng import collect, errors, hostid, inventory, lock, log, meta, names, \
-    pools, values, wire, zfs, zvoldev
+from zfsng import collect, errors, hostid, inventory, lock, log, meta, \
+    namelimits, names, ownership, pools, values, wire, zfs, zvoldev
 from zfsng_volume import alert, cleanup, devconfig, devices, health, \
     poolimport, srmetrics, volume
 
@@ -77,7 +77,7 @@ def _choose_pool_name(uuid, cfg, name):
                 "device-config:pool-name" % cfg.pool_name)
         return cfg.pool_name
     if names.valid_pool_name(name) and name not in taken and \
-            meta.room_for(name) >= 0:
+            namelimits.room_for(name) >= 0:
         return name
     fallback = "zfsng-" + uuid[:8]
     if fallback in taken:
@@ -333,12 +333,12 @@ FOREIGN_COLUMNS = ["name", "type", "defer_destroy", "origin", "usedds",
 
 def other_data(sr):
     """The datasets, snapshots and bookmarks below the SR dataset that
-    zfs-ng did not make (meta.made_by_zfsng), outermost only (what is below
+    zfs-ng did not make (ownership.made_by_zfsng), outermost only (what is below
     one of them is not named again). SR.destroy refuses while there is
     any: destroying the pool or the SR dataset would destroy them."""
     found = []
     for row in zfs.list_datasets(sr, FOREIGN_COLUMNS, types="all"):
-        if row["name"] == sr or meta.made_by_zfsng(row, sr) or \
+        if row["name"] == sr or ownership.made_by_zfsng(row, sr) or \
                 any(meta.below(row["name"], f) for f in found):
             continue
         found.append(row["name"])

@@ -39,7 +39,7 @@ the ones whose command is gone (``locked``, ``collect.free_abandoned``).
 import contextlib
 
 from zfsng import abandoned, collect, errors, inventory, lock, log, meta, \
-    names, values, wire, zfs
+    names, ownership, values, wire, zfs
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -353,7 +353,7 @@ def destroy(dbg, sr, key):
             log.info("destroying snapshot %s%s", row["name"],
                      " (deferred: it has clones)" if deferred else "")
             zfs.destroy(row["name"], defer=deferred)
-        elif meta.has_dependents(row["name"], rows):
+        elif ownership.has_dependents(row["name"], rows):
             log.info("hiding %s: snapshots or clones still need it",
                      row["name"])
             zfs.set_props(row["name"], {meta.VDI_UUID: meta.HIDDEN})
