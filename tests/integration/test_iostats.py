@@ -202,7 +202,7 @@ def test_the_sr_figures_follow_the_attach_and_the_load(
     fio = subprocess.Popen(
         ["fio", "--name=load", "--filename=" + device, "--rw=randwrite",
          "--bs=64k", "--direct=1", "--ioengine=psync", "--size=48M",
-         "--time_based", "--runtime=20", "--end_fsync=1"],
+         "--time_based", "--runtime=10", "--end_fsync=1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(fresh_sample(path, first["timestamp"],
