@@ -17,6 +17,7 @@ import mmap
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,6 +88,24 @@ def end_blktap():
         sh("tap-ctl", "free", "-m", minor, check=False)
 
 
+def end_writers(pools):
+    """Kill the SR statistics writers (zfsng_volume.srmetrics) of SRs in
+    pools: a test destroys pools behind the plugin's back, and their
+    writers would sample nothing for a minute or two before they end."""
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(cmdline, "rb") as f:
+                argv = f.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if "zfsng_volume.srmetrics" in argv and len(argv) > 3 and \
+                argv[-3].split("/")[0] in pools:
+            try:     # the writer leads its group: it and its zpool
+                os.killpg(int(cmdline.split("/")[2]), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def wipe(disks, keep=None):
     """Leave disks blank: no tapdisk, no pool, no partition, no signature,
     but for the disks of pool keep (the module's shared SR) if given.
@@ -98,7 +117,9 @@ def wipe(disks, keep=None):
         kept = set(os.path.realpath(leaf) for leaf in leaves(keep))
         disks = [d for d in disks
                  if not any(k.startswith(os.path.realpath(d)) for k in kept)]
-    for pool in pools_on(disks) - set([keep]):
+    doomed = pools_on(disks) - set([keep])
+    end_writers(doomed)
+    for pool in doomed:
         sh("zpool", "destroy", "-f", pool, check=False)
     dirty = [disk for disk in disks if not blank(disk)]
     for disk in dirty:
@@ -364,10 +385,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Every attached SR has a statistics writer (zfsng_volume.srmetrics): at
-# its 5 s period it takes about 6% of one emulated vCPU, a minute or two of
-# each suite. The suites' SRs sample every minute instead; test_iostats.py
-# plays the writer at a short period.
-QUIET_METRICS = "60"
+# its 5 s period it takes about 6% of one emulated vCPU, and starting one
+# (a Python interpreter) about a second of it at every SR.attach: minutes
+# of a suite. The suites' SRs get their statistics file and datasource but
+# no writer (0, a test hook); test_iostats.py plays the writer.
+QUIET_METRICS = "0"
 
 
 @pytest.fixture(scope="session")
@@ -430,6 +452,7 @@ class SharedSR(object):
     def drop(self):
         if self.name:
             end_blktap()
+            end_writers([self.name])
             sh("zpool", "destroy", "-f", self.name, check=False)
         self.name = self.answer = self.made = None
 

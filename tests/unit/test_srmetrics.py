@@ -337,3 +337,14 @@ def test_stop_never_signals_a_process_that_is_not_the_writer(tmp_path):
                         {"pid": os.getpid()})     # a stale, reused pid
     srmetrics.stop(SR_UUID)                       # no lock held: no signal
     assert not srmetrics._is_writer(os.getpid(), SR_UUID)
+
+
+def test_a_zero_period_keeps_the_file_and_starts_no_writer(fake, writers,
+                                                           monkeypatch):
+    """The test hook the guest suites use (TESTING.md)."""
+    monkeypatch.setattr(srmetrics, "PERIOD", 0.0)
+    sr, _ = create_sr()
+    assert rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
+    assert call("SR.stat", sr=sr)["datasources"] == [
+        "xeno+shm:///zfs-ng-" + SR_UUID]
+    assert writers == []

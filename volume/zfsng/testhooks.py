@@ -14,7 +14,8 @@ The hooks:
   ZFSNG_DATAPATH_DIR  the datapath's state files
   ZFSNG_SM_PHY_DIR    the datapath's iostat links (/dev/sm/phy)
   ZFSNG_METRICS_DIR   the SR statistics files (/dev/shm/metrics)
-  ZFSNG_METRICS_PERIOD seconds between two SR statistics samples (5)
+  ZFSNG_METRICS_PERIOD seconds between two SR statistics samples (5); 0:
+                      the files and the datasource, but no writer
   ZFSNG_CRASH_AFTER   die like a killed process after the N-th command
   ZFSNG_TRACE         append one JSON line per command to this file
   ZFSNG_CMD_TIMEOUT   seconds: a lower bound for every command than

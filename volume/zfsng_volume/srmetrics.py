@@ -15,8 +15,8 @@ until SR.detach, as tapdisks are:
   the file in place; it ends when the SR is no longer recorded as attached,
   when the file is gone, or when the SR's dataset could not be read as
   this SR's (pool gone, pool suspended, a new pool by the same name) for
-  GONE_LIMIT periods in a row; SR.stat starts another if the SR is still
-  attached;
+  a minute (GONE_LIMIT periods in a row); SR.stat starts another if the
+  SR is still attached;
 - SR.stat starts a writer again when the SR is recorded as attached and
   none holds the lock (one that was killed): never waiting for it;
 - SR.detach and SR.destroy drop the record, stop the writer and delete the
@@ -40,7 +40,8 @@ from zfsng_volume import poolstats, rrdfile
 DIR = testhooks.get("ZFSNG_METRICS_DIR", "/dev/shm/metrics")
 PERIOD = float(testhooks.get("ZFSNG_METRICS_PERIOD", 5))  # xcp-rrdd's
 SAMPLE = max(1, int(PERIOD) - 1)   # seconds of zpool iostat in a period
-GONE_LIMIT = 12       # periods without the pool before the writer ends
+GONE_SECONDS = 60.0   # without its SR this long, the writer ends: in
+GONE_LIMIT = max(2, int(GONE_SECONDS // max(PERIOD, 1)))  # periods, 2 or more
 STOP_WAIT = 5.0       # seconds SR.detach waits for the writer to end
 STARTUP = 30.0        # seconds a new writer has to take its lock
 _MODULE = "zfsng_volume.srmetrics"
@@ -150,6 +151,8 @@ def _spawn_unless_running(sr, sr_uuid):
     """Start a writer unless one holds the lock or one was started less
     than STARTUP seconds ago (it may not hold the lock yet: xapi's
     SR.stat follows SR.attach at once)."""
+    if PERIOD <= 0:
+        return                      # tests only: files, but no writer
     record = runfiles.read_json(_record(sr_uuid)) or {}
     if _running(sr_uuid) or \
             0 <= time.monotonic() - record.get("spawned", -1e9) < STARTUP:
