@@ -55,8 +55,12 @@ def world(tmp_path_factory):
     host.add_disk("/dev/sdb")
     host.admin("zpool create -m none tank /dev/sdb")
     fakezfs_cmd.save(host, state)
+    # the SR's statistics file where the hooks say, and no writer: never
+    # the host's own /dev/shm/metrics
     plugin = Plugin(root, env={
         "ZFSNG_RUN_DIR": str(tmp_path_factory.mktemp("run")),
+        "ZFSNG_METRICS_DIR": str(tmp_path_factory.mktemp("metrics")),
+        "ZFSNG_METRICS_PERIOD": "0",
         "PATH": bin_dir + ":/usr/bin:/bin"})
     for var in LOCALE_VARS:
         plugin.env.pop(var, None)
@@ -82,6 +86,12 @@ def test_the_executables_really_run_python36_in_the_c_locale(world):
             "sys.flags.no_site)")
     out = subprocess.check_output(interpreter + ["-c", code], env=plugin.env)
     assert out.decode() == "(3, 6) ANSI_X3.4-1968 1\n"   # ASCII stdin
+
+
+def test_the_sr_statistics_file_stays_in_the_test_directory(world, sr):
+    plugin, _ = world
+    made = os.listdir(plugin.env["ZFSNG_METRICS_DIR"])
+    assert made == ["zfs-ng-" + SR_UUID]
 
 
 def test_sr_name_and_description_round_trip(world, sr):
