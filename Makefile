@@ -35,6 +35,7 @@ GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
 
 .PHONY: all install deps check check-host test-unit test-protocol lint-py36 bench \
+        bench-disk-bound \
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
         test-multihost-2.1 test-multihost-2.3 test-guests test-guests-all \
@@ -329,6 +330,29 @@ bench: $(VENV)/.bench-tools
 	    --results $(BENCH_OUT) -- sh -c 'make -s guest-install && \
 	    python3 tests/bench/main.py --root /tmp/zfsng-root \
 	    --device $(BENCH_DISK) --out /results $(BENCH_ARGS)'
+	$(VPY) tests/bench/report.py $(BENCH_OUT)
+
+# make bench-disk-bound [ZFS=2.1] [BENCH_OUT=dir] [BENCH_CPUS=1]
+#     [BENCH_ARGS="--quick" | "--parts layouts"]: two boots (see
+# tests/bench/diskrig.py). The first measures the ceilings on unthrottled
+# RAM-backed disks (in /dev/shm); the second runs on disks throttled to the
+# limits the first chose, backed by files in the host's page cache.
+BENCH_CPUS ?= 2
+DISKBOUND_GUEST = bash $(GUEST) --zfs $(ZFS) --disks 6 --disk-size 4G \
+    --cpus $(BENCH_CPUS)
+DISKBOUND_MAIN = make -s guest-install && python3 tests/bench/main.py \
+    --root /tmp/zfsng-root --device $(BENCH_DISK) --out /results
+
+bench-disk-bound: $(VENV)/.bench-tools
+	rm -rf $(BENCH_OUT)/ceilings
+	rm -f $(BENCH_OUT)/results.json $(BENCH_OUT)/report.md $(BENCH_OUT)/*.png
+	TMPDIR=/dev/shm $(DISKBOUND_GUEST) --timeout 2400 \
+	    --results $(BENCH_OUT)/ceilings -- \
+	    sh -c '$(DISKBOUND_MAIN) --sections ceilings $(BENCH_ARGS)'
+	limits=$$($(VPY) tests/bench/report.py --throttle $(BENCH_OUT)/ceilings) && \
+	$(DISKBOUND_GUEST) --throttle $$limits --timeout 9000 \
+	    --results $(BENCH_OUT) -- sh -c '$(DISKBOUND_MAIN) \
+	    --sections disk-bound --throttle '$$limits' $(BENCH_ARGS)'
 	$(VPY) tests/bench/report.py $(BENCH_OUT)
 
 clean:

@@ -134,10 +134,13 @@ def plan(ctx):
 class Tapdisk(object):
     """One tapdisk serving one image on a tapdev, made with the sequence
     SMAPIv1 (blktap2.py) and zfs-ng's datapath use: spawn, allocate,
-    attach, open. ``close()`` undoes what was done, whatever failed."""
+    attach, open. ``close()`` undoes what was done, whatever failed.
+    ``no_direct``: ``tap-ctl open -D``, as SMAPIv1 opens an EXT SR's VHDs
+    (through the page cache)."""
 
-    def __init__(self, image):
+    def __init__(self, image, no_direct=False):
         self.pid = self.minor = self.dev = None
+        self.no_direct = no_direct
         self.attached = self.opened = False
         self.pid = int(common.run(["tap-ctl", "spawn"]).strip())
         self.dev = common.run(["tap-ctl", "allocate"]).strip()
@@ -154,8 +157,8 @@ class Tapdisk(object):
                     "-m", str(self.minor)] + list(extra))
 
     def open(self, image):
-        """tap-ctl open -a <driver>:<path> (O_DIRECT: no -D)."""
-        self._ctl("open", "-a", image)
+        """tap-ctl open -a <driver>:<path> (O_DIRECT unless no_direct)."""
+        self._ctl("open", "-a", image, *(["-D"] if self.no_direct else []))
         self.opened = True
         self.image = image
         _wait(lambda: _blk_size(self.dev) > 0, self.dev + " to open")

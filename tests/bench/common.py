@@ -64,7 +64,9 @@ class Context(object):
     Attributes: ``plugin`` (a tests/plugin_client.Plugin), ``sr`` (the SR
     dataset, ``<pool>/zfsng-<uuid>``), ``pool`` (pool name), ``runs``,
     ``quick`` (bool), ``scratch`` (a writable directory off the pool, for
-    image files).
+    image files), ``throttle`` (``"IOPS:BPS"``, the limits QEMU put on
+    each disk, or None: main.py --throttle), ``parts`` (the disk-bound
+    parts to run, None for all: main.py --parts).
     """
 
     POOL = "bench"
@@ -76,6 +78,8 @@ class Context(object):
                                         "ZFSNG_METRICS_PERIOD": "0"})
         self.runs = runs
         self.quick = quick
+        self.throttle = None
+        self.parts = None
         self.device = device
         self.scratch = scratch
         os.makedirs(scratch, exist_ok=True)

@@ -3,6 +3,8 @@
     python3 tests/bench/main.py --root DESTDIR --device DISK --out DIR
         [--sections datapath,rawfile,volblocksize,control,cbt,migrate,
                     compose] [--runs N] [--quick]
+    python3 tests/bench/main.py ... --sections ceilings
+    python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
 
 Creates one SR on DISK through the installed plugin, runs each section on
 that same pool, and writes DIR/results.json: every figure with its repeats
@@ -26,6 +28,9 @@ import common  # noqa: E402
 
 SECTIONS = ["datapath", "rawfile", "volblocksize", "control", "cbt",
             "migrate", "compose"]
+# Asked for by name only: the two boots of `make bench-disk-bound`, the
+# first on unthrottled disks, the second on disks run.sh --throttle slowed.
+ON_REQUEST = ["ceilings", "disk-bound"]
 
 
 def conditions(args):
@@ -40,6 +45,7 @@ def conditions(args):
         "cpus": os.cpu_count(),
         "mem_mib": mem_kib // 1024,
         "runs": args.runs,
+        "throttle": args.throttle,
         "quick": args.quick,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "virtualisation": "QEMU TCG (software emulation): absolute figures "
@@ -56,23 +62,37 @@ def main():
     parser.add_argument("--runs", type=int, default=None,
                         help="repeats per figure (default 3, 1 with --quick)")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--parts", default=None,
+                        help="disk-bound: only these parts (comma list: "
+                             "launch_runs,scaling,layouts,cbt_list)")
+    parser.add_argument("--throttle", default=None,
+                        help="IOPS:BPS, the limits run.sh --throttle put on "
+                             "each disk (disk-bound section)")
     args = parser.parse_args()
     if args.runs is None:
         args.runs = 1 if args.quick else 3
     sections = [s for s in args.sections.split(",") if s]
-    unknown = set(sections) - set(SECTIONS)
+    unknown = set(sections) - set(SECTIONS + ON_REQUEST)
     if unknown:
         parser.error("unknown sections: %s" % ", ".join(sorted(unknown)))
     os.makedirs(args.out, exist_ok=True)
+    if set(sections) & set(ON_REQUEST):
+        import diskrig
+        diskrig.as_ssds()    # before the first pool is made on them
     ctx = common.Context(args.root, args.device, args.runs, args.quick)
+    ctx.throttle = args.throttle
+    ctx.parts = args.parts.split(",") if args.parts else None
     result = {"conditions": conditions(args)}
     failed = []
     for name in sections:
         common.log("section %s: start", name)
         start = time.time()
         try:
-            result[name] = importlib.import_module("bench_" + name).run(ctx)
+            result[name] = importlib.import_module(
+                "bench_" + name.replace("-", "_")).run(ctx)
             result[name]["wall_s"] = time.time() - start
+            if result[name].get("failed_parts"):
+                failed.append(name)
         except Exception:   # keep the other sections' figures
             traceback.print_exc()
             failed.append(name)

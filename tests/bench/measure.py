@@ -21,13 +21,16 @@ FIO_FLAGS = ["--ioengine=libaio", "--direct=1", "--refill_buffers",
              "--output-format=json"]
 
 
-def fio(path, size, rw, bs, iodepth, runtime_s=None):
+def fio(path, size, rw, bs, iodepth, runtime_s=None, offset=0):
     """One fio job; returns its read or write stats from the JSON report.
 
-    runtime_s None means one full pass over size bytes (a fill)."""
+    runtime_s None means one full pass over size bytes (a fill); the job
+    covers size bytes from offset."""
     argv = ["fio", "--name=bench", "--filename=" + path,
             "--size=%d" % size, "--rw=" + rw, "--bs=" + bs,
             "--iodepth=%d" % iodepth] + FIO_FLAGS
+    if offset:
+        argv.append("--offset=%d" % offset)
     if runtime_s is not None:
         argv += ["--time_based", "--runtime=%d" % runtime_s]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -69,6 +72,19 @@ def disk_bytes(stat_files):
         read += int(fields[2]) * 512       # sectors are always 512 here
         written += int(fields[6]) * 512
     return read, written
+
+
+def disk_counts(stat_files):
+    """(reads, bytes read, writes, bytes written) so far by these block
+    devices: requests as the guest sent them to the (virtual) disks,
+    which is what QEMU's request throttling counts."""
+    out = [0, 0, 0, 0]
+    for path in stat_files:
+        with open(path) as f:
+            fields = f.read().split()
+        for i, field in enumerate((0, 2, 4, 6)):
+            out[i] += int(fields[field]) * (512 if field in (2, 6) else 1)
+    return tuple(out)
 
 
 def arcstats():

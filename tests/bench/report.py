@@ -594,7 +594,7 @@ def main(directory):
     for name, fn in (("datapath", datapath), ("rawfile", rawfile),
                      ("volblocksize", volblocksize), ("control", control),
                      ("cbt", cbt), ("migrate", migrate),
-                     ("compose", compose)):
+                     ("compose", compose), ("disk-bound", disk_bound)):
         if name in r:
             md += fn(r[name], directory)
             md.append("\nSection wall time: %.0f s\n" % r[name]["wall_s"])
@@ -604,11 +604,25 @@ def main(directory):
     print("report: %s" % path)
 
 
+def disk_bound(d, out):
+    import report_disk_bound
+    return report_disk_bound.render(d, out)
+
+
+def throttle(directory):
+    """Print the limits the ceilings section chose (run.sh --throttle)."""
+    with open(os.path.join(directory, "results.json")) as f:
+        print(json.load(f)["ceilings"]["throttle"]["arg"])
+
+
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "--compare":
+    if len(sys.argv) == 3 and sys.argv[1] == "--throttle":
+        throttle(sys.argv[2])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "--compare":
         compare(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:
         sys.exit("usage: report.py DIR (containing results.json)\n"
+                 "       report.py --throttle DIR   (the ceilings' limits)\n"
                  "       report.py --compare OUT.md DIR...")

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build (once, cached) a Debian bookworm guest image with real OpenZFS for the
 # "real ZFS" test layer: no ZFS module can load on the CI host, but a QEMU TCG
-# guest can run one (README.md, "Testing").
+# guest can run one (TESTING.md).
 #
 #   build-image.sh <2.1|2.3>
 #
@@ -130,16 +130,22 @@ log "apt-get update"
 in_root apt-get update -q >&2
 
 # The kernel and its headers first, so that when zfs-dkms is configured DKMS
-# finds the guest kernel's headers.
+# finds the guest kernel's headers. mdadm: the disk-bound benchmark's Linux
+# RAID, set against ZFS layouts on the same disks.
 log "installing kernel, headers and tools"
 in_root apt-get install -y -q linux-image-amd64 linux-headers-amd64 \
     python3 python3-pytest make udev kmod procps util-linux e2fsprogs fio \
-    qemu-utils psmisc rsync >"$work/apt-base.log" 2>&1 ||
+    qemu-utils psmisc rsync mdadm >"$work/apt-base.log" 2>&1 ||
     { tail -n 40 "$work/apt-base.log" >&2; die "apt-get install (base) failed"; }
 
 kver=$(basename "$(find "$root/lib/modules" -mindepth 1 -maxdepth 1 -type d | sort -V | tail -n1)")
 [ -e "$root/boot/vmlinuz-$kver" ] || die "no guest kernel found (got '$kver')"
 log "guest kernel $kver"
+# mdadm's initramfs hook and scripts would assemble arrays at boot: the
+# guest's root is never on md, and the small initramfs lacks their tools.
+rm -f "$root"/usr/share/initramfs-tools/hooks/mdadm \
+    "$root"/usr/share/initramfs-tools/scripts/local-block/mdadm \
+    "$root"/usr/share/initramfs-tools/scripts/local-bottom/mdadm
 
 # A small initramfs with only what mounts an ext4 root on virtio-blk: the
 # default (MODULES=most, ~36 MB) takes seconds to unpack under TCG. Written

@@ -5,7 +5,7 @@
 #
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
-#          [--shared-disk FILE] [--cpus N] [--state DIR]
+#          [--shared-disk FILE] [--cpus N] [--state DIR] [--throttle I:B]
 #          [--link-listen SOCKET | --link-connect SOCKET] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
@@ -31,6 +31,9 @@
 # guests, standing for the network between two hosts: a virtio serial port
 # (/dev/virtio-ports/zfsng.link in the guest) whose host end is the unix
 # socket SOCKET, made by the listening guest and joined by the other.
+# --throttle IOPS:BPS limits each of the N disks on its own to IOPS requests
+# and BPS bytes a second (QEMU's throttling.iops-total and bps-total), as a
+# real disk's limits: the disk-bound benchmark's slow disks.
 # --hostid HEX gives the guest that hostid (default: the image's own).
 # --shared-disk FILE attaches an existing raw file, without image locking, as
 # /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
@@ -44,7 +47,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
-state= link=
+state= link= throttle=
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
     sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
@@ -62,6 +65,7 @@ while [ $# -gt 0 ]; do
         --shared-disk) shared=${2:?}; shift 2 ;;
         --cpus) cpus=${2:?}; shift 2 ;;
         --state) state=${2:?}; shift 2 ;;
+        --throttle) throttle=${2:?}; shift 2 ;;
         --link-listen) link="path=${2:?},server=on,wait=off"; shift 2 ;;
         --link-connect) link="path=${2:?},reconnect=1"; shift 2 ;;
         --) shift; break ;;
@@ -72,6 +76,8 @@ done
 [ $# -gt 0 ] || { echo "run.sh: no command given" >&2; usage; }
 [[ "$disks" =~ ^[0-9]+$ ]] || { echo "run.sh: --disks wants a number" >&2; exit 2; }
 [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --cpus wants a number" >&2; exit 2; }
+[ -z "$throttle" ] || [[ "$throttle" =~ ^[1-9][0-9]*:[1-9][0-9]*$ ]] ||
+    { echo "run.sh: --throttle wants IOPS:BYTES_PER_SECOND" >&2; exit 2; }
 [ -z "$hostid" ] || [[ "$hostid" =~ ^[0-9a-f]{8}$ ]] ||
     { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
 [ -z "$shared" ] || [ -f "$shared" ] ||
@@ -156,6 +162,9 @@ fi
 # (-device entries get PCI slots in order, ahead of any if=virtio drive).
 drives=(-drive "file=$keep/root.qcow2,format=qcow2,if=none,id=root,cache=unsafe"
     -device "virtio-blk-pci,drive=root")
+limits=
+[ -z "$throttle" ] ||
+    limits=",throttling.iops-total=${throttle%%:*},throttling.bps-total=${throttle#*:}"
 for ((i = 1; i <= disks; i++)); do
     [ -f "$keep/d$i.raw" ] || truncate -s "$disk_size" "$keep/d$i.raw"
     # cache=unsafe: the disks are thrown away, so flushes need not reach the
@@ -163,7 +172,7 @@ for ((i = 1; i <= disks; i++)); do
     # With --state too: what the guest wrote is in the host's page cache
     # when qemu ends, so a power cut of the guest loses only what the
     # guest itself had not written yet (as a disk without a write cache).
-    drives+=(-drive "file=$keep/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe"
+    drives+=(-drive "file=$keep/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe$limits"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
 if [ -n "$link" ]; then
@@ -188,7 +197,7 @@ append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
 append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
 [ -z "$hostid" ] || append+=" zfsng.hostid=$hostid"
 
-echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks, ${mem} MiB${state:+, state in $keep}" >&2
+echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks${throttle:+ (each at most ${throttle%%:*} IOPS, ${throttle#*:} B/s)}, ${mem} MiB${state:+, state in $keep}" >&2
 start=$SECONDS
 # -display none -serial stdio rather than -nographic: with -nographic SeaBIOS
 # also drives the serial port and sends terminal reset/clear/autowrap-off

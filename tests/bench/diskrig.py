@@ -1,0 +1,389 @@
+"""The disk-bound rig: slow disks, small caches, the backends on them.
+
+Shared by the ``ceilings`` and ``disk-bound`` sections. Under QEMU TCG the
+emulated CPU bounds every backend, so the disk-bound benchmark boots the
+guest twice (``make bench-disk-bound``): once on unthrottled RAM-backed
+disks to measure each backend's CPU-bound ceiling (``ceilings``), and once
+with every pool disk throttled by QEMU well below those ceilings
+(``run.sh --throttle``), where the disk is the bottleneck as on a real
+host (``disk-bound``).
+
+What stands for the launch benchmark's host here:
+
+- The disk: a cheap QLC SATA SSD. Vates' post does not name its model in
+  any text this project could read; its limits keep the proportions of the
+  Samsung 870 QVO 1 TB's rated figures (``SSD``): random 4k IOPS against
+  sequential bandwidth, so a 4k random workload and a 4M sequential one
+  meet the same kind of wall they meet on that disk. How low: a quarter
+  of what each backend and workload asks of the disk at its CPU-bound
+  ceiling (``throttle_from``). The disks are also marked non-rotational
+  (``as_ssds``), as ZFS sees an SSD.
+- The caches: the launch post wrote 10 GiB through a 4 GiB guest on an
+  8 GiB dom0, so its reads reached the disk. Here the ARC is capped
+  (``ARC_MAX``) below every backend's working set, the guest's page cache
+  and the ARC are dropped before every run (``drop_caches``), and dirty
+  data is capped alike for ZFS and for ext4's page cache (``DIRTY``), so
+  writes meet the disk within a run instead of memory absorbing them.
+
+Every run records what the disks did (requests and bytes, from
+/sys/class/block) so the report can show, per run, how close to its
+limit the disk was: that is the evidence the disk, not the CPU, bound it.
+"""
+
+import os
+import subprocess
+import time
+
+import common
+from measure import (MIB, arc_data_counts, arcstats, cpu_times, disk_counts,
+                     fio)
+
+# A cheap QLC SATA SSD's rated figures (maker's data sheet, 1 TB model):
+# what the throttle's proportions come from.
+SSD = {"model": "Samsung 870 QVO 1 TB (QLC, SATA)",
+       "seq_read_mb_s": 560, "seq_write_mb_s": 530,
+       "rand_read_iops": 98000, "rand_write_iops": 88000}
+# Bytes a second the disk moves per random IOPS it can do (5714): the
+# throttle's bps = its iops x this.
+BYTES_PER_IOPS = SSD["seq_read_mb_s"] * 1000 * 1000 // SSD["rand_read_iops"]
+# The throttle's IOPS: this share of the slowest backend's 4k ceiling.
+SHARE = 0.25
+
+ARC_MIN = 32 * MIB
+ARC_MAX = 96 * MIB
+DIRTY = 32 * MIB
+
+# name, fio rw, block size, iodepth: the launch benchmark's workloads
+WORKLOADS = [
+    ("randread-4k", "randread", "4k", 128),
+    ("seqread-4M", "read", "4M", 4),
+    ("randwrite-4k", "randwrite", "4k", 128),
+    ("seqwrite-4M", "write", "4M", 4),
+]
+
+
+def disk(n):
+    """The guest's n-th blank disk (run.sh names them d1..dN)."""
+    return "/dev/disk/by-id/virtio-zfsng-d%d" % n
+
+
+def stat_files(devices):
+    """/sys/class/block stat files of block devices (paths or links)."""
+    return ["/sys/class/block/%s/stat"
+            % os.path.basename(os.path.realpath(p)) for p in devices]
+
+
+def _write(path, value):
+    with open(path, "w") as f:
+        f.write("%s\n" % value)
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+def tune():
+    """Cap the ARC and dirty data (ZFS's and the page cache's); returns
+    the values as the kernel reads them back."""
+    params = "/sys/module/zfs/parameters/"
+    _write(params + "zfs_arc_min", ARC_MIN)
+    _write(params + "zfs_arc_max", ARC_MAX)
+    _write(params + "zfs_dirty_data_max", DIRTY)
+    _write("/proc/sys/vm/dirty_bytes", DIRTY)
+    _write("/proc/sys/vm/dirty_background_bytes", DIRTY // 2)
+    return {"rotational": [_read(_rotational(n)) for n in range(1, 7)
+                           if os.path.exists(disk(n))],
+            "zfs_arc_min": int(_read(params + "zfs_arc_min")),
+            "zfs_arc_max": int(_read(params + "zfs_arc_max")),
+            "zfs_dirty_data_max": int(_read(params + "zfs_dirty_data_max")),
+            "vm.dirty_bytes": int(_read("/proc/sys/vm/dirty_bytes")),
+            "vm.dirty_background_bytes": int(
+                _read("/proc/sys/vm/dirty_background_bytes"))}
+
+
+def as_ssds(count=6):
+    """Mark the guest's disks non-rotational, as the SSD they stand for
+    (virtio disks report rotational): ZFS reads it when it opens a vdev
+    and sizes its I/O aggregation and allocation by it. Before any pool
+    is made on them."""
+    for n in range(1, count + 1):
+        if os.path.exists(disk(n)):
+            _write(_rotational(n), 0)
+
+
+def _rotational(n):
+    return "/sys/block/%s/queue/rotational" % os.path.basename(
+        os.path.realpath(disk(n)))
+
+
+def drop_caches():
+    """Write back, then drop the page cache and what the kernel's shrinkers
+    give up (the ARC among them): every run starts cold."""
+    common.run(["sync"])
+    _write("/proc/sys/vm/drop_caches", 3)
+
+
+def throttle_from(runs):
+    """The per-disk limits from the ceilings' runs (each with the disk
+    requests and bytes a second it caused at its CPU-bound ceiling): the
+    highest IOPS limit, with bytes in the SSD's proportion, that is at
+    most a quarter of every run's demand on the disk in requests or in
+    bytes. So no backend can reach more than a quarter of its ceiling:
+    the disk bounds all of them, with a 4x margin. Runs that never
+    reached the disk (all cache hits) cannot be bound by it; they are
+    named, not counted."""
+    counted = [r for r in runs if r["disk_bps"] > 0]
+    allowed = [(SHARE * max(r["disk_iops"], r["disk_bps"] / BYTES_PER_IOPS),
+                r) for r in counted]
+    limit, binding = min(allowed, key=lambda a: a[0])
+    iops = max(1, int(limit))
+    bps = iops * BYTES_PER_IOPS
+    return {"iops": iops, "bps": bps, "arg": "%d:%d" % (iops, bps),
+            "share": SHARE, "bytes_per_iops": BYTES_PER_IOPS,
+            "set_by": "%s %s" % (binding["backend"], binding["workload"]),
+            "never_on_disk": ["%s %s" % (r["backend"], r["workload"])
+                              for r in runs if r["disk_bps"] <= 0]}
+
+
+# --- one measured run ----------------------------------------------------
+
+class Target(object):
+    """One device under test: what fio runs on, how its writes are made
+    durable (``sync``: zpool sync, or sync -f on a mounted file system),
+    and the physical disks under it."""
+
+    def __init__(self, path, sync, disks):
+        self.path = path
+        self.sync = sync
+        self.disks = disks
+
+
+def zpool_syncer(pool):
+    return lambda: common.run(["zpool", "sync", pool])
+
+
+def fs_syncer(mountpoint):
+    return lambda: common.run(["sync", "-f", mountpoint])
+
+
+def seq_offset(k, size):
+    """Where the k-th sequential run of a device starts: runs in turn
+    start 1/8 of the device further on, within its first 3/4, so that a
+    run does not read what the ones before it left in a cache (what
+    drop_caches leaves of the ARC: its minimum)."""
+    step = max(size // 8 // (4 * MIB), 1) * 4 * MIB
+    return (k * step) % (size * 3 // 4)
+
+
+def measure(targets, size, workload, runtime_s, k=0):
+    """One run of a workload on one or more targets at once (one fio job
+    each), cold caches, writes made durable inside the time; the k-th of
+    its kind (sequential runs start at seq_offset(k)). Returns the
+    totals and the per-target IOPS."""
+    _, rw, bs, iodepth = workload
+    offset = 0 if rw.startswith("rand") else seq_offset(k, size)
+    disks = sorted(set(d for t in targets for d in t.disks))
+    stats = stat_files(disks)
+    drop_caches()
+    for t in targets:
+        t.sync()
+    arc_size = arcstats()["size"]
+    arc0, disk0, cpu0 = arc_data_counts(), disk_counts(stats), cpu_times()
+    jobs = fio_jobs([t.path for t in targets], size - offset, rw, bs,
+                    iodepth, runtime_s, offset)
+    cpu1 = cpu_times()
+    start = time.perf_counter()
+    if "write" in rw:
+        for t in targets:
+            t.sync()
+    flush = time.perf_counter() - start
+    arc1, disk1 = arc_data_counts(), disk_counts(stats)
+    seconds = max(j["runtime"] for j in jobs) / 1000.0 + flush
+    ios = sum(j["total_ios"] for j in jobs)
+    moved = float(max(sum(j["io_bytes"] for j in jobs), 1))
+    d = [b - a for a, b in zip(disk0, disk1)]
+    return {"iops": ios / seconds, "mib_s": moved / MIB / seconds,
+            "per_target_iops": [j["total_ios"] / seconds for j in jobs],
+            "flush_s": flush, "seconds": seconds, "ios": ios,
+            "disk_iops": (d[0] + d[2]) / seconds / len(disks),
+            "disk_bps": (d[1] + d[3]) / seconds / len(disks),
+            "disk_read_per_byte": d[1] / moved,
+            "disk_written_per_byte": d[3] / moved,
+            "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1],
+            "arc_mib_at_start": arc_size / float(MIB),
+            "cpu_busy": (cpu1[0] - cpu0[0]) / float(max(cpu1[1] - cpu0[1],
+                                                        1))}
+
+
+def fio_jobs(paths, size, rw, bs, iodepth, runtime_s, offset=0):
+    """fio with one job per path, all at once; one stats dict per job."""
+    if len(paths) == 1:
+        return [_job(fio(paths[0], size, rw, bs, iodepth, runtime_s,
+                         offset))]
+    import json
+    import tempfile
+    from measure import FIO_FLAGS
+    argv = ["fio", "--size=%d" % size, "--rw=" + rw, "--bs=" + bs,
+            "--iodepth=%d" % iodepth, "--time_based",
+            "--runtime=%d" % runtime_s, "--offset=%d" % offset] + FIO_FLAGS
+    for i, path in enumerate(paths):
+        argv += ["--name=job%d" % i, "--filename=" + path]
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        common.run(argv + ["--output=" + out.name])
+        with open(out.name) as f:
+            text = f.read()
+    jobs = json.loads(text[text.index("{"):])["jobs"]
+    side = "read" if "read" in rw else "write"
+    for job in jobs:
+        if job.get("error"):
+            raise RuntimeError("fio %s: error %s" % (rw, job["error"]))
+    return [_job(job[side]) for job in jobs]
+
+
+def _job(stats):
+    return {"runtime": stats["runtime"], "total_ios": stats["total_ios"],
+            "io_bytes": stats["io_bytes"]}
+
+
+def fill(targets, size):
+    """Write every byte of every target once (4M sequential), durably."""
+    for t in targets:
+        start = time.time()
+        fio(t.path, size, "write", "4M", 4)
+        t.sync()
+        common.log("disk-bound: filled %s (%d MiB) in %.0fs", t.path,
+                   size // MIB, time.time() - start)
+
+
+def quiet(argv):
+    """A cleanup step: log a failure, never raise."""
+    proc = subprocess.run(argv, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True)
+    if proc.returncode:
+        common.log("disk-bound cleanup: %s: %s", " ".join(argv),
+                   proc.stdout.strip()[-200:])
+
+
+# --- backends beyond bench_datapath's ----------------------------------------
+
+DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
+GUEST_DOMAIN = "5"
+
+
+class DatapathDisk(object):
+    """A zfs-ng VDI on an SR, attached as xapi attaches a guest's disk
+    (Datapath.open, attach with a guest domain, activate): ``dev`` is the
+    tapdev its XenDisk names. ``close()`` undoes it."""
+
+    def __init__(self, ctx, sr, size, name):
+        from plugin_client import Plugin
+        self.ctx, self.sr = ctx, sr
+        self.dp = Plugin(ctx.plugin.root, plugin_dir=DATAPATH_PLUGIN,
+                         env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+        self.steps = []
+        self.vol = ctx.new_volume(size, name=name, sr=sr)
+        self.uri = self.vol["uri"][0]
+        self.dp("Datapath.open", uri=self.uri, persistent=True)
+        self.steps.append("Datapath.close")
+        result = self.dp("Datapath.attach", uri=self.uri,
+                         domain=GUEST_DOMAIN)
+        self.steps.append("Datapath.detach")
+        xendisk = [i for i in result["implementations"] if i[0] == "XenDisk"]
+        if not xendisk:
+            raise RuntimeError("Datapath.attach gave no XenDisk: %r" % result)
+        self.dp("Datapath.activate", uri=self.uri, domain=GUEST_DOMAIN)
+        self.steps.append("Datapath.deactivate")
+        self.dev = xendisk[0][1]["params"]
+        _wait_size(self.dev)
+
+    def close(self):
+        for method in reversed(self.steps):
+            args = {"uri": self.uri}
+            if method != "Datapath.close":
+                args["domain"] = GUEST_DOMAIN
+            try:
+                self.dp(method, **args)
+            except Exception as exc:   # noqa: BLE001 -- cleanup goes on
+                common.log("disk-bound cleanup: %s: %s", method, exc)
+        self.steps = []
+
+
+def _wait_size(dev, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if int(common.run(["blockdev", "--getsize64", dev])) > 0:
+                return
+        except Exception:   # noqa: BLE001 -- not there yet
+            pass
+        if time.time() > deadline:
+            raise RuntimeError("timed out waiting for " + dev)
+        time.sleep(0.1)
+
+
+class Ext4Vhd(object):
+    """SMAPIv1's local EXT SR on a block device: ext4 (mkfs defaults),
+    a dynamic VHD on it (``vhd-util create``), tapdisk ``vhd:`` opened
+    with ``-D`` (no O_DIRECT, as SMAPIv1 opens an EXT SR's VDIs).
+    ``snapshot()`` is SMAPIv1's VDI.snapshot: an empty leaf on the
+    filled parent, tapdisk reopened on it. SMAPIv1 puts LVM under the
+    file system; a linear LV adds nothing measurable and is left out."""
+
+    def __init__(self, device, mountpoint, size):
+        from bench_datapath import Tapdisk
+        self.mnt = mountpoint
+        self.mounted = False
+        self.tap = None
+        self.leaf = None
+        self.leaves = 0
+        common.run(["mkfs.ext4", "-q", "-F", device])
+        os.makedirs(mountpoint, exist_ok=True)
+        common.run(["mount", device, mountpoint])
+        self.mounted = True
+        self.parent = os.path.join(mountpoint, "disk.vhd")
+        common.run(["vhd-util", "create", "-n", self.parent,
+                    "-s", str(size // MIB)])
+        self.tap = Tapdisk("vhd:" + self.parent, no_direct=True)
+        self.dev = self.tap.dev
+        _wait_size(self.dev)
+
+    def snapshot(self):
+        old = self.leaf
+        self.leaves += 1
+        self.leaf = os.path.join(self.mnt, "leaf-%d.vhd" % self.leaves)
+        common.run(["vhd-util", "snapshot", "-n", self.leaf,
+                    "-p", self.parent])
+        self.tap.reopen("vhd:" + self.leaf)
+        if old:
+            os.unlink(old)
+
+    def close(self):
+        if self.tap:
+            self.tap.close()
+            self.tap = None
+        if self.mounted:
+            quiet(["umount", self.mnt])
+            self.mounted = False
+
+
+class MdRaid(object):
+    """Linux software RAID over whole disks, made with ``--assume-clean``:
+    the disks are blank, so parity already matches, and no resync eats
+    the throttled disks' bandwidth during the runs."""
+
+    DEV = "/dev/md/bench"
+
+    def __init__(self, level, devices):
+        self.devices = devices
+        common.run(["mdadm", "--create", self.DEV, "--run", "--quiet",
+                    "--assume-clean", "--metadata=1.2",
+                    "--level=%s" % level,
+                    "--raid-devices=%d" % len(devices)] + list(devices))
+        self.dev = os.path.realpath(self.DEV)
+
+    def close(self):
+        quiet(["mdadm", "--stop", self.DEV])
+        for d in self.devices:
+            quiet(["mdadm", "--zero-superblock", d])
+            quiet(["wipefs", "-a", d])

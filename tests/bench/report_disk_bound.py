@@ -1,0 +1,287 @@
+"""The disk-bound section's part of report.md (report.py calls it).
+
+Every figure is the median (min-max) of its repeats; ratios are per run
+(run i of one backend against run i of the other). ``util`` is how close
+the disks came to their limits, per disk: max(requests a second / the
+IOPS limit, bytes a second / the byte limit), 1.0 meaning at the limit.
+"""
+
+import json
+import os
+import statistics
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MiB = 1024.0 * 1024
+WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
+NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
+         "tap-zvol-8k"]
+RATIO_TEXT = {
+    "zvol_vs_vhd": "tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1's "
+                   "ZFS SR)",
+    "raw_vs_vhd": "tap-raw-file / tap-vhd-file (apples to apples: the "
+                  "VHD format on the same dataset)",
+    "zvol_vs_raw": "tap-zvol / tap-raw-file (zvol against file, raw)",
+    "zvol_vs_ext4_vhd": "tap-zvol / tap-vhd-ext4 (zfs-ng against SMAPIv1's "
+                        "EXT SR)",
+    "zvol8k_vs_vhd": "tap-zvol-8k / tap-vhd-file (zfs-ng with "
+                     "volblocksize=8K against SMAPIv1's ZFS SR)",
+}
+
+
+def _s(values, fmt="%.0f"):
+    values = list(values)
+    if not values:
+        return "-"
+    return (fmt + " (" + fmt + "-" + fmt + ")") % (
+        statistics.median(values), min(values), max(values))
+
+
+def _x(summary):
+    return "%.2fx (%.2f-%.2f)" % (summary["median"], summary["min"],
+                                  summary["max"])
+
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def _ratio(d, name, workload, snapshot):
+    for r in d["ratios"]:
+        if (r["ratio"], r["workload"], r["snapshot"]) == (
+                name, workload, snapshot):
+            return r["value"]
+    return None
+
+
+def _pick(runs, **match):
+    return [m for m in runs if all(m.get(k) == v for k, v in match.items())]
+
+
+def render(d, out):
+    """Markdown lines for the section, and its plots written to out."""
+    t = d["throttle"]
+    failed = d.get("failed_parts") or []
+    md = ["## Disk-bound: the launch benchmark with the disk as the "
+          "bottleneck\n",
+          "Every pool disk throttled by QEMU to **%d requests/s and %.2f "
+          "MB/s** (each disk on its own), the proportions of a %s (rated "
+          "%d MB/s sequential read, %d random 4k read IOPS). The ARC "
+          "capped at %d MiB, dirty data at %d MiB (ZFS and the page "
+          "cache), caches dropped before every run; %d MiB per device, "
+          "%d s runs (writes: until durable), %d repeats interleaved.\n"
+          % (t["iops"], t["bps"] / 1e6, d["ssd"]["model"],
+             d["ssd"]["seq_read_mb_s"], d["ssd"]["rand_read_iops"],
+             d["tuning"]["zfs_arc_max"] / MiB,
+             d["tuning"]["zfs_dirty_data_max"] / MiB, d["size_mib"],
+             d["runtime_s"], d["runs"])]
+    if failed:
+        md.append("**Parts that failed (see output.log): %s.**\n"
+                  % ", ".join(failed))
+    md += _ceilings(out)
+    md += ["### zfs-ng against SMAPIv1's VHD file (the launch benchmark)\n",
+           _launch_table(d),
+           "### The other ratios\n", _ratio_table(d),
+           "### What a snapshot costs\n",
+           "Median IOPS with a snapshot over median without.\n",
+           _table(["backend"] + WORKLOADS, _penalty_rows(d)),
+           "### Every figure\n",
+           "*util*: how close the disk came to its limit (1.0 = at it). "
+           "*disk read/written per byte*: bytes the disk moved per byte "
+           "fio moved. *CPU busy*: the guest's CPUs during fio.\n",
+           _table(["workload", "snapshot", "backend", "IOPS", "MiB/s",
+                   "util", "disk read per byte", "disk written per byte",
+                   "CPU busy", "ARC hits/misses"], _every_row(d)),
+           "### Several VDIs at once on the one-disk pool\n",
+           "N zfs-ng VDIs, each with its own fio at once; the total "
+           "against one VDI's, and the slowest VDI's share of an even "
+           "split (1.0 = even).\n",
+           _table(["workload", "1 VDI IOPS", "2 VDIs", "4 VDIs",
+                   "4 / 1", "evenness at 4", "util at 4"],
+                  _scaling_rows(d)),
+           "### Layouts on four disks: ZFS against Linux RAID\n",
+           "zfs-ng (tap-zvol) on the ZFS layout against a VHD on ext4 on "
+           "mdadm RAID over the same four throttled disks.\n",
+           _table(["layout", "workload", "zfs-ng IOPS", "ext4 VHD on md "
+                   "IOPS", "zfs-ng / md", "util zfs / md",
+                   "disk written per byte zfs / md"], _layout_rows(d))]
+    if d.get("cbt_list"):
+        md += ["### Listing a backup's changes on the slow disk\n",
+               "The CBT section's listing benchmark on the throttled "
+               "one-disk pool: list_changed_blocks' walk of the block "
+               "pointers' birth times (zdb, metadata only) and an "
+               "incremental zfs send, against reading the changed bytes "
+               "once, caches dropped. Target: zdb at most 0.25x the read "
+               "at 10% changed. Both lists equal the blocks written.\n",
+               _table(["changed", "of a disk of", "zdb s", "zfs send s",
+                       "read once s", "zdb / read", "send / read"],
+                      [["%g%%" % (r["fraction"] * 100),
+                        "%.0f MiB" % (r["disk_bytes"] / MiB),
+                        "%.1f" % r["zdb_s"], "%.1f" % r["send_s"],
+                        "%.1f" % r["read_s"],
+                        "%.2fx" % (r["zdb_s"] / r["read_s"]),
+                        "%.2fx" % (r["send_s"] / r["read_s"])]
+                       for r in d["cbt_list"]])]
+    md.append("\n![disk-bound ratios](%s)\n"
+              % os.path.basename(_plot(d, out)))
+    return md
+
+
+def _ceilings(out):
+    path = os.path.join(out, "ceilings", "results.json")
+    if not os.path.exists(path):
+        return ["(no ceilings/results.json beside this run)\n"]
+    with open(path) as f:
+        c = json.load(f)["ceilings"]
+    th = c["throttle"]
+    rows = [[n] + ["%.0f IOPS, %.1f MiB/s; disk %.0f req/s, %.1f MB/s"
+                   % (x["iops"], x["mib_s"], x["disk_iops"],
+                      x["disk_bps"] / 1e6)
+                   for x in (c["ceilings"][n][w] for w in WORKLOADS)]
+            for n in NAMES if n in c["ceilings"]]
+    never = th.get("never_on_disk") or []
+    return ["### The ceilings the limits come from\n",
+            "Unthrottled RAM-backed disks, the same rig, one %d s run "
+            "each: what the emulated CPU allows, and what each run asked "
+            "of its disk. The limits are %d%% of the least of those "
+            "demands (in requests, or in bytes at %d bytes per request: "
+            "the SSD's proportion), set by %s: no backend can pass a "
+            "quarter of its ceiling.%s\n"
+            % (c["runtime_s"], th["share"] * 100, th["bytes_per_iops"],
+               th["set_by"], " Never on the disk (all from caches, so "
+               "not bound by it): %s." % ", ".join(never) if never else ""),
+            _table(["backend"] + WORKLOADS, rows)]
+
+
+def _launch_table(d):
+    rows = []
+    for w in WORKLOADS:
+        plain, snap = (_ratio(d, "zvol_vs_vhd", w, s) for s in (False, True))
+        target = d["targets"][w]
+        met = [x["median"] >= target for x in (plain, snap) if x]
+        rows.append([w, d["launch"][w], ">= %gx" % target,
+                     _x(plain) if plain else "-", _x(snap) if snap else "-",
+                     "yes" if met and all(met) else
+                     "no" if not any(met) else "in one state"])
+    return _table(["workload", "launch post", "target", "no snapshot",
+                   "with snapshot", "met"], rows)
+
+
+def _ratio_table(d):
+    rows = []
+    for name in ("zvol8k_vs_vhd", "raw_vs_vhd", "zvol_vs_raw",
+                 "zvol_vs_ext4_vhd"):
+        for snap in (False, True):
+            rows.append([RATIO_TEXT[name], "yes" if snap else "no"] +
+                        [_x(v) if v else "-" for v in
+                         (_ratio(d, name, w, snap) for w in WORKLOADS)])
+    return _table(["ratio", "snapshot"] + WORKLOADS, rows)
+
+
+def _penalty_rows(d):
+    pen = dict(((p["backend"], p["workload"]), p["with_over_without"])
+               for p in d["snapshot_penalty"])
+    return [[n] + ["%.2f" % pen[(n, w)] if (n, w) in pen else "-"
+                   for w in WORKLOADS] for n in NAMES]
+
+
+def _every_row(d):
+    rows = []
+    for w in WORKLOADS:
+        for snap in (False, True):
+            for n in NAMES:
+                runs = _pick(d["launch_runs"], backend=n, workload=w,
+                             snapshot=snap)
+                if not runs:
+                    continue
+                rows.append([
+                    w, "yes" if snap else "no", n,
+                    _s(m["iops"] for m in runs),
+                    _s((m["mib_s"] for m in runs), "%.2f"),
+                    _s((m["disk_util"] for m in runs), "%.2f"),
+                    _s((m["disk_read_per_byte"] for m in runs), "%.2f"),
+                    _s((m["disk_written_per_byte"] for m in runs), "%.2f"),
+                    _s((m["cpu_busy"] for m in runs), "%.2f"),
+                    "%d/%d" % (sum(m["arc_hits"] for m in runs),
+                               sum(m["arc_misses"] for m in runs))])
+    return rows
+
+
+def _scaling_rows(d):
+    rows = []
+    for w in WORKLOADS:
+        by_n = dict((n, _pick(d["scaling"], workload=w, vdis=n))
+                    for n in (1, 2, 4))
+        if not by_n[1]:
+            continue
+        one = dict((m["run"], m["iops"]) for m in by_n[1])
+        gain = [m["iops"] / one[m["run"]] for m in by_n[4]
+                if one.get(m["run"])]
+        even = [min(m["per_target_iops"]) * 4 / m["iops"] for m in by_n[4]
+                if m["iops"]]
+        rows.append([w] + [_s(m["iops"] for m in by_n[n]) for n in (1, 2, 4)]
+                    + [_s(gain, "%.2f"), _s(even, "%.2f"),
+                       _s((m["disk_util"] for m in by_n[4]), "%.2f")])
+    return rows
+
+
+def _layout_rows(d):
+    rows = []
+    layouts = []
+    for m in d["layouts"]:
+        if m["layout"] not in layouts:
+            layouts.append(m["layout"])
+    for lay in layouts:
+        for w in WORKLOADS:
+            z = _pick(d["layouts"], layout=lay, workload=w, kind="zfs")
+            m = _pick(d["layouts"], layout=lay, workload=w, kind="md")
+            md_iops = dict((r["run"], r["iops"]) for r in m)
+            ratio = [r["iops"] / md_iops[r["run"]] for r in z
+                     if md_iops.get(r["run"])]
+            raid = m[0]["raid"] if m else "?"
+            rows.append([
+                "%s / RAID %s" % (lay, raid), w,
+                _s(r["iops"] for r in z), _s(r["iops"] for r in m),
+                _s(ratio, "%.2f"),
+                "%s / %s" % (_s((r["disk_util"] for r in z), "%.2f"),
+                             _s((r["disk_util"] for r in m), "%.2f")),
+                "%s / %s" % (_s((r["disk_written_per_byte"] for r in z),
+                                "%.2f"),
+                             _s((r["disk_written_per_byte"] for r in m),
+                                "%.2f"))])
+    return rows
+
+
+def _plot(d, out):
+    names = ["zvol_vs_vhd", "zvol8k_vs_vhd", "raw_vs_vhd",
+             "zvol_vs_ext4_vhd"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, snap in zip(axes, (False, True)):
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            vals = [(_ratio(d, name, w, snap) or {"median": 0})["median"]
+                    for w in WORKLOADS]
+            ax.bar([x + i * width for x in range(len(WORKLOADS))], vals,
+                   width, label=name)
+        for x, w in enumerate(WORKLOADS):
+            ax.plot([x - width / 2, x + 0.8 - width / 2],
+                    [d["targets"][w]] * 2, color="black", linestyle="--",
+                    linewidth=0.8)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(WORKLOADS))])
+        ax.set_xticklabels(WORKLOADS)
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_yscale("log")
+        ax.set_title("with a snapshot" if snap else "no snapshot")
+    axes[0].set_ylabel("IOPS ratio (dashed: launch post)")
+    axes[0].legend()
+    fig.suptitle("Disk-bound ratios through tapdisk")
+    path = os.path.join(out, "disk-bound.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

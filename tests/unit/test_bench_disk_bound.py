@@ -1,0 +1,109 @@
+"""The disk-bound benchmark's arithmetic and run.sh's --throttle check.
+
+The benchmark itself runs in the guest (make bench-disk-bound); what can
+be wrong without a guest is here: the limits chosen from the ceilings,
+the pairing of runs into ratios, and run.sh refusing limits it cannot
+hand to QEMU before it starts anything.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
+
+import bench_disk_bound  # noqa: E402
+import diskrig  # noqa: E402
+
+MIB = 1024 * 1024
+
+
+def demand(backend, workload, disk_iops, disk_bps):
+    """A ceilings run: what it asked of the disk, per second."""
+    return {"backend": backend, "workload": workload,
+            "disk_iops": disk_iops, "disk_bps": disk_bps}
+
+
+def test_limits_are_a_quarter_of_the_least_demand_in_ssd_proportion():
+    per = diskrig.BYTES_PER_IOPS
+    runs = [demand("tap-zvol", "randread-4k", 2000, 2000 * 16384),
+            # bytes bind this one: 4 MiB requests, few of them
+            demand("tap-zvol", "seqread-4M", 30, 100 * 1000 * 1000),
+            # the least: 1200 requests, or 1200 * per bytes, a second
+            demand("tap-vhd-file", "randwrite-4k", 1200, 1200 * per - 7)]
+    got = diskrig.throttle_from(runs)
+    assert got["iops"] == 300
+    assert got["bps"] == 300 * per
+    assert got["arg"] == "300:%d" % got["bps"]
+    assert got["set_by"] == "tap-vhd-file randwrite-4k"
+    # each run is held to at most a quarter of its demand, in one unit
+    for r in runs:
+        assert min(got["iops"] / float(r["disk_iops"]),
+                   got["bps"] / float(r["disk_bps"])) <= 0.25 + 1e-9
+    # the SSD's proportion: its rated sequential read bytes per random IOPS
+    assert per == 560 * 1000 * 1000 // 98000
+
+
+def test_a_run_that_never_reached_the_disk_is_named_not_counted():
+    runs = [demand("tap-zvol", "randread-4k", 2000, 2000 * 16384),
+            demand("tap-vhd-ext4", "seqread-4M", 0, 0)]
+    got = diskrig.throttle_from(runs)
+    assert got["iops"] == 2000 * 16384 // diskrig.BYTES_PER_IOPS // 4
+    assert got["never_on_disk"] == ["tap-vhd-ext4 seqread-4M"]
+
+
+@pytest.mark.parametrize("size", [64 * MIB, 256 * MIB])
+def test_sequential_runs_start_apart_leaving_a_quarter_to_read(size):
+    offsets = [diskrig.seq_offset(k, size) for k in range(7)]
+    assert offsets[0] == 0
+    assert len(set(offsets[:6])) == 6       # every run of a state apart
+    assert offsets[6] == 0
+    assert all(o % (4 * MIB) == 0 and o <= size * 3 // 4 - size // 8
+               for o in offsets)
+
+
+def run(backend, workload, snapshot, i, iops):
+    return {"backend": backend, "workload": workload, "snapshot": snapshot,
+            "run": i, "iops": iops}
+
+
+def test_ratios_pair_run_i_with_run_i_of_the_same_state():
+    runs = [run("tap-zvol", "randread-4k", False, 0, 100.0),
+            run("tap-zvol", "randread-4k", False, 1, 300.0),
+            run("tap-vhd-file", "randread-4k", False, 0, 10.0),
+            run("tap-vhd-file", "randread-4k", False, 1, 100.0),
+            run("tap-zvol", "randread-4k", True, 0, 50.0),
+            run("tap-vhd-file", "randread-4k", True, 0, 25.0)]
+    got = dict(((r["ratio"], r["snapshot"]), r["value"])
+               for r in bench_disk_bound.ratios(runs))
+    plain = got[("zvol_vs_vhd", False)]
+    assert sorted(plain["runs"]) == [3.0, 10.0]
+    assert plain["median"] == 6.5
+    assert got[("zvol_vs_vhd", True)]["runs"] == [2.0]
+    # no raw-file runs: no ratio made up for it
+    assert ("raw_vs_vhd", False) not in got
+
+
+def test_snapshot_penalty_is_median_with_over_median_without():
+    runs = [run("tap-zvol", "seqwrite-4M", False, i, v)
+            for i, v in enumerate([10.0, 20.0, 30.0])]
+    runs += [run("tap-zvol", "seqwrite-4M", True, i, v)
+             for i, v in enumerate([5.0, 10.0, 40.0])]
+    got = bench_disk_bound.snapshot_penalty(runs)
+    assert got == [{"backend": "tap-zvol", "workload": "seqwrite-4M",
+                    "with_over_without": 0.5}]
+
+
+@pytest.mark.parametrize("value", ["500", "0:100", "500:", "a:b", "5:-1"])
+def test_run_sh_refuses_a_throttle_qemu_cannot_take(value):
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "tests", "guest", "run.sh"),
+         "--throttle", value, "--", "true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=30)
+    assert proc.returncode == 2
+    assert "--throttle wants IOPS:BYTES_PER_SECOND" in proc.stderr
