@@ -18,9 +18,13 @@ caches dropped before each run (diskrig), so the disk bounds again:
    dataset, O_DIRECT), ``tap-raw-file`` (the "apples to apples" control:
    a raw file in the same kind of dataset) on the pool of disk 1, and
    ``tap-vhd-ext4`` (SMAPIv1's local EXT SR: a VHD on ext4, tapdisk
-   without O_DIRECT) on disk 2, a disk with the same limits; and
-   ``tap-zvol-8k``, a zfs-ng VDI on an SR made with volblocksize=8K
-   (OpenZFS 2.1's default) beside zfs-ng's default 16K.
+   without O_DIRECT) on disk 2, a disk with the same limits; and two
+   zfs-ng VDIs on SRs made with another option than zfs-ng's defaults
+   (16K blocks, sync=always: every write in the ZIL before it completes,
+   here on the same disk): ``tap-zvol-std`` (sync=standard, what the
+   launch post's zvol had, and what the SMAPIv1 backends get: none of
+   them makes a write stable before it completes) and ``tap-zvol-8k``
+   (volblocksize=8K, OpenZFS 2.1's default).
 2. **scaling**: 1, 2 and 4 zfs-ng VDIs on the one-disk pool, each
    attached through the datapath plugin and driven by its own fio job at
    once: the total against one VDI's, and how evenly they share it.
@@ -48,6 +52,7 @@ RATIOS = {
     "raw_vs_vhd": ("tap-raw-file", "tap-vhd-file"),   # apples to apples
     "zvol_vs_raw": ("tap-zvol", "tap-raw-file"),
     "zvol_vs_ext4_vhd": ("tap-zvol", "tap-vhd-ext4"),  # SMAPIv1's EXT SR
+    "zvolstd_vs_vhd": ("tap-zvol-std", "tap-vhd-file"),  # sync=standard
     "zvol8k_vs_vhd": ("tap-zvol-8k", "tap-vhd-file"),  # volblocksize 8K
 }
 LAYOUTS = [
@@ -61,31 +66,36 @@ EXT4_MNT = "/var/tmp/zfsng-bench/ext4"
 
 
 def plan(ctx):
-    """Sizes and run lengths. Full: about 70 minutes with 3 runs."""
+    """Sizes and run lengths: each device twice the ARC's cap (the launch
+    post: 10 GiB written through a 4 GiB ARC at most). Full: about 100
+    minutes with 3 runs."""
     if ctx.quick:
         return {"size_bytes": 64 * diskrig.MIB, "runtime_s": 3,
                 "ceiling_runtime_s": 2, "runs": ctx.runs,
                 "layout_runs": ctx.runs}
-    return {"size_bytes": 256 * diskrig.MIB, "runtime_s": 8,
+    return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 8,
             "ceiling_runtime_s": 4, "runs": ctx.runs,
             "layout_runs": max(1, ctx.runs - 1)}
 
 
 class Launch(object):
-    """The launch experiment's four backends (module docstring) as
-    diskrig Targets; ``snapshot(name)`` gives one a fresh snapshot."""
+    """The launch experiment's backends (module docstring) as diskrig
+    Targets; ``snapshot(name)`` gives one a fresh snapshot."""
 
     NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
-             "tap-zvol-8k"]
+             "tap-zvol-std", "tap-zvol-8k"]
+    # zfs-ng VDIs on SRs made with other device-config options than the
+    # defaults (16K blocks, sync=always): what an admin can choose
+    VARIANTS = {"tap-zvol-std": {"sync": "standard"},
+                "tap-zvol-8k": {"volblocksize": "8K"}}
 
     def __init__(self, ctx, size):
         self.ctx = ctx
         self.size = size
         self.zfs = Backends(ctx, size)
         self.ext4 = None
-        self.zvol8k = None
-        self.sr8k = None
-        self.snapshots8k = []
+        self.variants = {}      # name: (SR, DatapathDisk)
+        self.snapshots = []     # (SR, key) of the variants' snapshots
         self.targets = {}
 
     def setup(self):
@@ -94,35 +104,39 @@ class Launch(object):
         for name in self.NAMES[:3]:
             self.targets[name] = Target(self.zfs.paths[name], pool,
                                         [diskrig.disk(1)])
+        self.targets["tap-zvol"].dataset = common.volume_dataset(
+            self.zfs.vol)
         self.ext4 = diskrig.Ext4Vhd(diskrig.disk(2), EXT4_MNT, self.size)
         self.targets["tap-vhd-ext4"] = Target(
             self.ext4.dev, diskrig.fs_syncer(EXT4_MNT), [diskrig.disk(2)])
-        # volblocksize 8K, OpenZFS 2.1's default, against zfs-ng's 16K: an
-        # SR option (device-config:volblocksize) an admin can choose
-        self.sr8k = self.ctx.new_sr("bench-8k", volblocksize="8K")
-        self.zvol8k = diskrig.DatapathDisk(self.ctx, self.sr8k, self.size,
-                                           "zvol-8k")
-        self.targets["tap-zvol-8k"] = Target(self.zvol8k.dev, pool,
-                                             [diskrig.disk(1)])
+        for name, options in sorted(self.VARIANTS.items()):
+            sr = self.ctx.new_sr("bench-" + name, **options)
+            vdi = diskrig.DatapathDisk(self.ctx, sr, self.size, name)
+            self.variants[name] = (sr, vdi)
+            self.targets[name] = Target(
+                vdi.dev, pool, [diskrig.disk(1)],
+                dataset=common.volume_dataset(vdi.vol))
 
     def snapshot(self, name):
         if name == "tap-vhd-ext4":
             self.ext4.snapshot()
-        elif name == "tap-zvol-8k":
-            snap = self.ctx.plugin("Volume.snapshot", sr=self.sr8k,
-                                   key=self.zvol8k.vol["key"])
-            self.snapshots8k.append(snap["key"])
+        elif name in self.variants:
+            sr, vdi = self.variants[name]
+            snap = self.ctx.plugin("Volume.snapshot", sr=sr,
+                                   key=vdi.vol["key"])
+            self.snapshots.append((sr, snap["key"]))
         else:
             self.zfs.snapshot(name)
 
     def close(self):
         if self.ext4:
             self.ext4.close()
-        if self.zvol8k:
-            self.zvol8k.close()
-            for key in self.snapshots8k:
-                _destroy_volume(self.ctx, self.sr8k, {"key": key})
-            _destroy_volume(self.ctx, self.sr8k, self.zvol8k.vol)
+        for sr, vdi in self.variants.values():
+            vdi.close()
+        for sr, key in self.snapshots:
+            _destroy_volume(self.ctx, sr, {"key": key})
+        for sr, vdi in self.variants.values():
+            _destroy_volume(self.ctx, sr, vdi.vol)
         self.zfs.teardown()
 
 
@@ -133,7 +147,7 @@ def run(ctx):
                            "(make bench-disk-bound)")
     plan_ = plan(ctx)
     iops, bps = (int(x) for x in ctx.throttle.split(":"))
-    out = {"tuning": diskrig.tune(), "ssd": diskrig.SSD,
+    out = {"tuning": diskrig.tune(bps), "ssd": diskrig.SSD,
            "throttle": {"iops": iops, "bps": bps},
            "size_mib": plan_["size_bytes"] // diskrig.MIB,
            "runtime_s": plan_["runtime_s"], "runs": plan_["runs"],
@@ -202,7 +216,9 @@ def scaling(ctx, plan_):
             disks.append(diskrig.DatapathDisk(ctx, ctx.sr, size,
                                               "scale-%d" % i))
         targets = [Target(d.dev, diskrig.zpool_syncer(ctx.pool),
-                          [diskrig.disk(1)]) for d in disks]
+                          [diskrig.disk(1)],
+                          dataset=common.volume_dataset(d.vol))
+                   for d in disks]
         diskrig.fill(targets, size)
         for workload in diskrig.WORKLOADS:
             for i in range(plan_["runs"]):
@@ -240,35 +256,54 @@ def _layout_runs(target, disks, plan_, **labels):
     return runs
 
 
-POOL = "layout"
+class PoolSR(object):
+    """A pool made on disks 3-6 (zpool vdev arguments, disk numbers as
+    ints) and a zfs-ng SR adopting it, as ``with`` block; on the way out
+    the SR is detached, the pool destroyed and the disks wiped, whatever
+    failed."""
+
+    def __init__(self, ctx, name, pool, vdevs):
+        self.ctx, self.name, self.pool = ctx, name, pool
+        self.disks = [diskrig.disk(v) for v in vdevs if isinstance(v, int)]
+        self.argv = [v if isinstance(v, str) else diskrig.disk(v)
+                     for v in vdevs]
+        self.sr = None
+
+    def __enter__(self):
+        common.run(["zpool", "create", "-f", "-o", "cachefile=none",
+                    "-o", "ashift=12", "-m", "none", self.pool] + self.argv)
+        try:
+            config = self.ctx.plugin("SR.create", uuid=common.new_uuid(),
+                                     name=self.name, description="",
+                                     configuration={"zpool": self.pool})
+            self.sr = self.ctx.plugin("SR.attach", configuration=config)
+        except Exception:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.sr:
+            try:
+                self.ctx.plugin("SR.detach", sr=self.sr)
+            except Exception as err:   # noqa: BLE001 -- cleanup goes on
+                common.log("disk-bound cleanup: SR.detach: %s", err)
+        diskrig.quiet(["zpool", "destroy", "-f", self.pool])
+        for d in self.disks:
+            diskrig.quiet(["wipefs", "-a", d])
+        return False
 
 
 def _zfs_layout(ctx, plan_, name, vdevs):
-    disks = [diskrig.disk(v) for v in vdevs if isinstance(v, int)]
-    argv = [v if isinstance(v, str) else diskrig.disk(v) for v in vdevs]
-    common.run(["zpool", "create", "-f", "-o", "cachefile=none",
-                "-o", "ashift=12", "-m", "none", POOL] + argv)
-    vdi = sr = None
-    try:
-        config = ctx.plugin("SR.create", uuid=common.new_uuid(),
-                            name="layout-" + name, description="",
-                            configuration={"zpool": POOL})
-        sr = ctx.plugin("SR.attach", configuration=config)
-        vdi = diskrig.DatapathDisk(ctx, sr, plan_["size_bytes"], name)
-        target = Target(vdi.dev, diskrig.zpool_syncer(POOL), disks)
-        return _layout_runs(target, disks, plan_, layout=name, kind="zfs",
-                            backend="tap-zvol")
-    finally:
-        if vdi:
+    with PoolSR(ctx, "layout-" + name, "layout", vdevs) as p:
+        vdi = diskrig.DatapathDisk(ctx, p.sr, plan_["size_bytes"], name)
+        try:
+            target = Target(vdi.dev, diskrig.zpool_syncer(p.pool), p.disks,
+                            dataset=common.volume_dataset(vdi.vol))
+            return _layout_runs(target, p.disks, plan_, layout=name,
+                                kind="zfs", backend="tap-zvol")
+        finally:
             vdi.close()
-        if sr:
-            try:
-                ctx.plugin("SR.detach", sr=sr)
-            except Exception as exc:   # noqa: BLE001 -- cleanup goes on
-                common.log("disk-bound cleanup: SR.detach: %s", exc)
-        diskrig.quiet(["zpool", "destroy", "-f", POOL])
-        for d in disks:
-            diskrig.quiet(["wipefs", "-a", d])
 
 
 def _md_layout(plan_, name, level):
@@ -289,11 +324,17 @@ def _md_layout(plan_, name, level):
 def cbt_list(ctx, plan_):
     """The CBT section's listing benchmark (bench_cbt.list_methods: a
     2 GiB disk, 1%, 10%, 50% of it rewritten; zdb's block births and an
-    incremental zfs send against reading the changed bytes once) on the
-    throttled one-disk pool, where reading the changes costs what it
-    costs on a real disk and not what the emulated CPU allows."""
+    incremental zfs send against reading the changed bytes once) on a
+    pool striped over the four throttled disks 3-6, where reading the
+    changes costs what it costs on a real disk and not what the emulated
+    CPU allows (the stripe: four times one disk's bandwidth, so that
+    writing 2 GiB and more takes minutes, not half an hour)."""
+    import copy
     import bench_cbt
-    rows = bench_cbt.list_methods(ctx)
+    with PoolSR(ctx, "cbt-stripe", "cbt", [3, 4, 5, 6]) as p:
+        on_stripe = copy.copy(ctx)
+        on_stripe.sr, on_stripe.pool = p.sr, p.pool
+        rows = bench_cbt.list_methods(on_stripe)
     common.log("disk-bound: cbt listing done")
     return rows
 

@@ -20,10 +20,11 @@ What stands for the launch benchmark's host here:
   (``as_ssds``), as ZFS sees an SSD.
 - The caches: the launch post wrote 10 GiB through a 4 GiB guest on an
   8 GiB dom0, so its reads reached the disk. Here the ARC is capped
-  (``ARC_MAX``) below every backend's working set, the guest's page cache
-  and the ARC are dropped before every run (``drop_caches``), and dirty
-  data is capped alike for ZFS and for ext4's page cache (``DIRTY``), so
-  writes meet the disk within a run instead of memory absorbing them.
+  (``ARC_MAX``, OpenZFS's lowest cap) at half of every backend's working
+  set, the guest's page cache and the ARC are dropped before every run
+  (``drop_caches``: the ARC goes down to its 32 MiB floor), and dirty
+  data is capped alike for ZFS and for ext4's page cache (``dirty_cap``),
+  so writes meet the disk within a run instead of memory absorbing them.
 
 Every run records what the disks did (requests and bytes, from
 /sys/class/block) so the report can show, per run, how close to its
@@ -49,9 +50,10 @@ BYTES_PER_IOPS = SSD["seq_read_mb_s"] * 1000 * 1000 // SSD["rand_read_iops"]
 # The throttle's IOPS: this share of the slowest backend's 4k ceiling.
 SHARE = 0.25
 
-ARC_MIN = 32 * MIB
-ARC_MAX = 96 * MIB
-DIRTY = 32 * MIB
+ARC_MIN = 32 * MIB     # OpenZFS's floors: 32 MiB and 64 MiB
+ARC_MAX = 64 * MIB
+DIRTY = 32 * MIB       # unthrottled; on a throttled disk DIRTY_SECONDS of it
+DIRTY_SECONDS = 4      # at least 8 MiB, at most DIRTY
 
 # name, fio rw, block size, iodepth: the launch benchmark's workloads
 WORKLOADS = [
@@ -83,15 +85,25 @@ def _read(path):
         return f.read().strip()
 
 
-def tune():
+def dirty_cap(bps=None):
+    """Dirty data allowed (ZFS's and the page cache's): DIRTY_SECONDS of
+    a throttled disk's bandwidth (8-32 MiB), so a write run meets the
+    disk within its time, as the launch post's 10 GiB met its SSD."""
+    if not bps:
+        return DIRTY
+    return min(DIRTY, max(8 * MIB, DIRTY_SECONDS * bps // MIB * MIB))
+
+
+def tune(bps=None):
     """Cap the ARC and dirty data (ZFS's and the page cache's); returns
     the values as the kernel reads them back."""
     params = "/sys/module/zfs/parameters/"
+    dirty = dirty_cap(bps)
     _write(params + "zfs_arc_min", ARC_MIN)
     _write(params + "zfs_arc_max", ARC_MAX)
-    _write(params + "zfs_dirty_data_max", DIRTY)
-    _write("/proc/sys/vm/dirty_bytes", DIRTY)
-    _write("/proc/sys/vm/dirty_background_bytes", DIRTY // 2)
+    _write(params + "zfs_dirty_data_max", dirty)
+    _write("/proc/sys/vm/dirty_bytes", dirty)
+    _write("/proc/sys/vm/dirty_background_bytes", dirty // 2)
     return {"rotational": [_read(_rotational(n)) for n in range(1, 7)
                            if os.path.exists(disk(n))],
             "zfs_arc_min": int(_read(params + "zfs_arc_min")),
@@ -151,12 +163,13 @@ def throttle_from(runs):
 class Target(object):
     """One device under test: what fio runs on, how its writes are made
     durable (``sync``: zpool sync, or sync -f on a mounted file system),
-    and the physical disks under it."""
+    the physical disks under it, and its zvol (``dataset``) if any."""
 
-    def __init__(self, path, sync, disks):
+    def __init__(self, path, sync, disks, dataset=None):
         self.path = path
         self.sync = sync
         self.disks = disks
+        self.dataset = dataset
 
 
 def zpool_syncer(pool):
@@ -247,13 +260,32 @@ def _job(stats):
 
 
 def fill(targets, size):
-    """Write every byte of every target once (4M sequential), durably."""
+    """Write every byte of every target once (4M sequential), durably. A
+    zvol is filled with sync=disabled, then given back its own setting:
+    the fill lays the data out, it is not measured, and under zfs-ng's
+    sync=always each write would also go through the ZIL on the slow
+    disk (the same blocks in the end, at half the speed)."""
     for t in targets:
         start = time.time()
-        fio(t.path, size, "write", "4M", 4)
+        restore = _sync_off(t.dataset) if t.dataset else None
+        try:
+            fio(t.path, size, "write", "4M", 4)
+        finally:
+            if restore:
+                common.run(restore)
         t.sync()
         common.log("disk-bound: filled %s (%d MiB) in %.0fs", t.path,
                    size // MIB, time.time() - start)
+
+
+def _sync_off(dataset):
+    """zfs set sync=disabled; returns the argv that puts it back."""
+    value, source = common.run(["zfs", "get", "-Hp", "-o", "value,source",
+                                "sync", dataset]).strip().split("\t")
+    common.run(["zfs", "set", "sync=disabled", dataset])
+    if source == "local":
+        return ["zfs", "set", "sync=" + value, dataset]
+    return ["zfs", "inherit", "sync", dataset]
 
 
 def quiet(argv):

@@ -107,3 +107,10 @@ def test_run_sh_refuses_a_throttle_qemu_cannot_take(value):
         universal_newlines=True, timeout=30)
     assert proc.returncode == 2
     assert "--throttle wants IOPS:BYTES_PER_SECOND" in proc.stderr
+
+
+def test_dirty_data_is_seconds_of_the_throttled_disk_within_bounds():
+    assert diskrig.dirty_cap(None) == 32 * MIB        # unthrottled
+    assert diskrig.dirty_cap(1685630) == 8 * MIB      # 4 s is 6.4 MiB
+    assert diskrig.dirty_cap(3 * MIB) == 12 * MIB
+    assert diskrig.dirty_cap(100 * MIB) == 32 * MIB
