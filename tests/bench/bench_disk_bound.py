@@ -18,13 +18,12 @@ caches dropped before each run (diskrig), so the disk bounds again:
    dataset, O_DIRECT), ``tap-raw-file`` (the "apples to apples" control:
    a raw file in the same kind of dataset) on the pool of disk 1, and
    ``tap-vhd-ext4`` (SMAPIv1's local EXT SR: a VHD on ext4, tapdisk
-   without O_DIRECT) on disk 2, a disk with the same limits; and two
-   zfs-ng VDIs on SRs made with another option than zfs-ng's defaults
-   (16K blocks, sync=always: every write in the ZIL before it completes,
-   here on the same disk): ``tap-zvol-std`` (sync=standard, what the
-   launch post's zvol had, and what the SMAPIv1 backends get: none of
-   them makes a write stable before it completes) and ``tap-zvol-8k``
-   (volblocksize=8K, OpenZFS 2.1's default).
+   without O_DIRECT) on disk 2, a disk with the same limits; and
+   ``tap-zvol-std``, a zfs-ng VDI on an SR made with sync=standard
+   instead of zfs-ng's sync=always (every write in the ZIL before it
+   completes, here on the same disk): what the launch post's zvol had,
+   and what the SMAPIv1 backends get (none of them makes a write stable
+   before it completes).
 2. **scaling**: 1, 2 and 4 zfs-ng VDIs on the one-disk pool, each
    attached through the datapath plugin and driven by its own fio job at
    once: the total against one VDI's, and how evenly they share it.
@@ -53,7 +52,6 @@ RATIOS = {
     "zvol_vs_raw": ("tap-zvol", "tap-raw-file"),
     "zvol_vs_ext4_vhd": ("tap-zvol", "tap-vhd-ext4"),  # SMAPIv1's EXT SR
     "zvolstd_vs_vhd": ("tap-zvol-std", "tap-vhd-file"),  # sync=standard
-    "zvol8k_vs_vhd": ("tap-zvol-8k", "tap-vhd-file"),  # volblocksize 8K
 }
 LAYOUTS = [
     # name, zpool vdev arguments (on disks 3-6), mdadm level
@@ -71,11 +69,11 @@ def plan(ctx):
     minutes with 3 runs."""
     if ctx.quick:
         return {"size_bytes": 64 * diskrig.MIB, "runtime_s": 3,
-                "ceiling_runtime_s": 2, "runs": ctx.runs,
-                "layout_runs": ctx.runs}
-    return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 8,
-            "ceiling_runtime_s": 4, "runs": ctx.runs,
-            "layout_runs": max(1, ctx.runs - 1)}
+                "seq_bytes": 4 * diskrig.MIB, "ceiling_runtime_s": 2,
+                "runs": ctx.runs, "layout_runs": ctx.runs}
+    return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 10,
+            "seq_bytes": 16 * diskrig.MIB, "ceiling_runtime_s": 4,
+            "runs": ctx.runs, "layout_runs": max(1, ctx.runs - 1)}
 
 
 class Launch(object):
@@ -83,11 +81,10 @@ class Launch(object):
     Targets; ``snapshot(name)`` gives one a fresh snapshot."""
 
     NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
-             "tap-zvol-std", "tap-zvol-8k"]
+             "tap-zvol-std"]
     # zfs-ng VDIs on SRs made with other device-config options than the
     # defaults (16K blocks, sync=always): what an admin can choose
-    VARIANTS = {"tap-zvol-std": {"sync": "standard"},
-                "tap-zvol-8k": {"volblocksize": "8K"}}
+    VARIANTS = {"tap-zvol-std": {"sync": "standard"}}
 
     def __init__(self, ctx, size):
         self.ctx = ctx
@@ -195,7 +192,8 @@ def launch(ctx, plan_):
                         m = diskrig.measure(
                             [exp.targets[name]], plan_["size_bytes"],
                             workload, plan_["runtime_s"],
-                            k=i + (plan_["runs"] if snapshot else 0))
+                            k=i + (plan_["runs"] if snapshot else 0),
+                            seq_bytes=plan_["seq_bytes"])
                         runs.append(_record(m, backend=name, run=i,
                                             workload=workload[0],
                                             snapshot=snapshot))
@@ -224,7 +222,8 @@ def scaling(ctx, plan_):
             for i in range(plan_["runs"]):
                 for n in SCALE:
                     m = diskrig.measure(targets[:n], size, workload,
-                                        plan_["runtime_s"], k=i)
+                                        plan_["runtime_s"], k=i,
+                                        seq_bytes=plan_["seq_bytes"] // n)
                     runs.append(_record(m, vdis=n, run=i,
                                         workload=workload[0]))
             common.log("disk-bound: scaling %s done", workload[0])
@@ -251,7 +250,8 @@ def _layout_runs(target, disks, plan_, **labels):
     for workload in diskrig.WORKLOADS:
         for i in range(plan_["layout_runs"]):
             m = diskrig.measure([target], plan_["size_bytes"], workload,
-                                plan_["runtime_s"], k=i)
+                                plan_["runtime_s"], k=i,
+                                seq_bytes=plan_["seq_bytes"])
             runs.append(_record(m, run=i, workload=workload[0], **labels))
     return runs
 

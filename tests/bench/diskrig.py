@@ -189,13 +189,23 @@ def seq_offset(k, size):
     return (k * step) % (size * 3 // 4)
 
 
-def measure(targets, size, workload, runtime_s, k=0):
+def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
     """One run of a workload on one or more targets at once (one fio job
     each), cold caches, writes made durable inside the time; the k-th of
     its kind (sequential runs start at seq_offset(k)). Returns the
-    totals and the per-target IOPS."""
+    totals and the per-target IOPS.
+
+    ``seq_bytes``: a sequential run moves this many bytes per target and
+    is timed to its last completion, instead of running runtime_s. On a
+    slow disk a 4M request at iodepth 4 takes seconds, so a timed run
+    would count a handful of completions and leave 16 MiB in flight
+    uncounted (while the disk counters see them)."""
     _, rw, bs, iodepth = workload
-    offset = 0 if rw.startswith("rand") else seq_offset(k, size)
+    sequential = not rw.startswith("rand")
+    offset = seq_offset(k, size) if sequential else 0
+    length = size - offset
+    if sequential and seq_bytes:
+        length, runtime_s = min(seq_bytes, length), None
     disks = sorted(set(d for t in targets for d in t.disks))
     stats = stat_files(disks)
     drop_caches()
@@ -203,7 +213,7 @@ def measure(targets, size, workload, runtime_s, k=0):
         t.sync()
     arc_size = arcstats()["size"]
     arc0, disk0, cpu0 = arc_data_counts(), disk_counts(stats), cpu_times()
-    jobs = fio_jobs([t.path for t in targets], size - offset, rw, bs,
+    jobs = fio_jobs([t.path for t in targets], length, rw, bs,
                     iodepth, runtime_s, offset)
     cpu1 = cpu_times()
     start = time.perf_counter()
@@ -238,8 +248,9 @@ def fio_jobs(paths, size, rw, bs, iodepth, runtime_s, offset=0):
     import tempfile
     from measure import FIO_FLAGS
     argv = ["fio", "--size=%d" % size, "--rw=" + rw, "--bs=" + bs,
-            "--iodepth=%d" % iodepth, "--time_based",
-            "--runtime=%d" % runtime_s, "--offset=%d" % offset] + FIO_FLAGS
+            "--iodepth=%d" % iodepth, "--offset=%d" % offset] + FIO_FLAGS
+    if runtime_s is not None:
+        argv += ["--time_based", "--runtime=%d" % runtime_s]
     for i, path in enumerate(paths):
         argv += ["--name=job%d" % i, "--filename=" + path]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
