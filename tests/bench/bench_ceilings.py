@@ -26,7 +26,8 @@ def run(ctx):
             for name in launch.NAMES:
                 m = diskrig.measure([launch.targets[name]],
                                     plan_["size_bytes"], workload,
-                                    plan_["ceiling_runtime_s"])
+                                    plan_["ceiling_runtime_s"],
+                                    seq_bytes=plan_["ceiling_seq_bytes"])
                 ceilings.setdefault(name, {})[workload[0]] = dict(
                     (k, m[k]) for k in ("iops", "mib_s", "cpu_busy",
                                         "disk_iops", "disk_bps"))
@@ -37,4 +38,5 @@ def run(ctx):
     return {"ceilings": ceilings, "runs": runs, "tuning": tuning,
             "size_mib": plan_["size_bytes"] // diskrig.MIB,
             "runtime_s": plan_["ceiling_runtime_s"],
+            "seq_mib": plan_["ceiling_seq_bytes"] // diskrig.MIB,
             "ssd": diskrig.SSD, "throttle": diskrig.throttle_from(runs)}

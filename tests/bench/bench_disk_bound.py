@@ -70,9 +70,11 @@ def plan(ctx):
     if ctx.quick:
         return {"size_bytes": 64 * diskrig.MIB, "runtime_s": 3,
                 "seq_bytes": 4 * diskrig.MIB, "ceiling_runtime_s": 2,
+                "ceiling_seq_bytes": 16 * diskrig.MIB,
                 "runs": ctx.runs, "layout_runs": ctx.runs}
     return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 10,
             "seq_bytes": 16 * diskrig.MIB, "ceiling_runtime_s": 4,
+            "ceiling_seq_bytes": 64 * diskrig.MIB,
             "runs": ctx.runs, "layout_runs": max(1, ctx.runs - 1)}
 
 

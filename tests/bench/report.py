@@ -2,6 +2,9 @@
 
     python3 tests/bench/report.py DIR
     python3 tests/bench/report.py --compare OUT.md DIR...   (runs side by side)
+    python3 tests/bench/report.py --throttle DIR   (limits from ceilings)
+    python3 tests/bench/report.py --merge OUT DIR...   (disk-bound parts
+                                                         run separately)
 
 Runs on the host (matplotlib is a bench tool, installed by ``make bench``
 into the project's venv, never needed by the plugin). Every table shows
@@ -609,6 +612,37 @@ def disk_bound(d, out):
     return report_disk_bound.render(d, out)
 
 
+def merge(out, directories):
+    """One results.json in out from disk-bound runs of separate parts
+    (main.py --parts) under the same limits: each part from the run that
+    ran it, the run's conditions and the ceilings from the first."""
+    runs = []
+    for directory in directories:
+        with open(os.path.join(directory, "results.json")) as f:
+            runs.append(json.load(f))
+    limits = set(json.dumps(r["disk-bound"]["throttle"], sort_keys=True)
+                 for r in runs)
+    if len(limits) != 1:
+        sys.exit("report.py --merge: the runs had different limits")
+    merged = dict(runs[0])
+    section = dict(runs[0]["disk-bound"])
+    section["failed_parts"] = []
+    for name in ("launch_runs", "scaling", "layouts", "cbt_list"):
+        ran = [r["disk-bound"] for r in runs if r["disk-bound"].get(name)]
+        section[name] = ran[0][name] if ran else []
+        if ran and name == "launch_runs":   # its summaries go with it
+            section["ratios"] = ran[0]["ratios"]
+            section["snapshot_penalty"] = ran[0]["snapshot_penalty"]
+    for r in runs:
+        section["failed_parts"] += r["disk-bound"].get("failed_parts", [])
+    section["wall_s"] = max(r["disk-bound"]["wall_s"] for r in runs)
+    section["merged_from"] = [os.path.abspath(d) for d in directories]
+    merged["disk-bound"] = section
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(merged, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def throttle(directory):
     """Print the limits the ceilings section chose (run.sh --throttle)."""
     with open(os.path.join(directory, "results.json")) as f:
@@ -618,6 +652,8 @@ def throttle(directory):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--throttle":
         throttle(sys.argv[2])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "--merge":
+        merge(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "--compare":
         compare(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) == 2:
@@ -625,4 +661,5 @@ if __name__ == "__main__":
     else:
         sys.exit("usage: report.py DIR (containing results.json)\n"
                  "       report.py --throttle DIR   (the ceilings' limits)\n"
+                 "       report.py --merge OUT DIR...  (disk-bound parts)\n"
                  "       report.py --compare OUT.md DIR...")

@@ -145,14 +145,20 @@ def _ceilings(out):
                    for x in (c["ceilings"][n][w] for w in WORKLOADS)]
             for n in NAMES if n in c["ceilings"]]
     never = th.get("never_on_disk") or []
+    seq = ("sequential runs move %d MiB, timed to the last completion"
+           % c["seq_mib"] if c.get("seq_mib") else
+           "sequential runs timed too, which leaves up to 16 MiB in "
+           "flight uncounted by fio: their MiB/s are understated, the "
+           "more so the slower the backend (the disk's figures count "
+           "everything)")
     return ["### The ceilings the limits come from\n",
             "Unthrottled RAM-backed disks, the same rig, one %d s run "
-            "each: what the emulated CPU allows, and what each run asked "
-            "of its disk. The limits are %d%% of the least of those "
+            "each (%s): what the emulated CPU allows, and what each run "
+            "asked of its disk. The limits are %d%% of the least of those "
             "demands (in requests, or in bytes at %d bytes per request: "
             "the SSD's proportion), set by %s: no backend can pass a "
             "quarter of its ceiling.%s\n"
-            % (c["runtime_s"], th["share"] * 100, th["bytes_per_iops"],
+            % (c["runtime_s"], seq, th["share"] * 100, th["bytes_per_iops"],
                th["set_by"], " Never on the disk (all from caches, so "
                "not bound by it): %s." % ", ".join(never) if never else ""),
             _table(["backend"] + WORKLOADS, rows)]
