@@ -31,6 +31,9 @@ RATIO_TEXT = {
 }
 
 
+NOT_RUN = "(not run in this report: main.py --parts)\n"
+
+
 def _s(values, fmt="%.0f"):
     values = list(values)
     if not values:
@@ -103,13 +106,14 @@ def render(d, out):
            "split (1.0 = even).\n",
            _table(["workload", "1 VDI IOPS", "2 VDIs", "4 VDIs",
                    "4 / 1", "evenness at 4", "util at 4"],
-                  _scaling_rows(d)),
+                  _scaling_rows(d)) if d["scaling"] else NOT_RUN,
            "### Layouts on four disks: ZFS against Linux RAID\n",
            "zfs-ng (tap-zvol) on the ZFS layout against a VHD on ext4 on "
            "mdadm RAID over the same four throttled disks.\n",
            _table(["layout", "workload", "zfs-ng IOPS", "ext4 VHD on md "
                    "IOPS", "zfs-ng / md", "util zfs / md",
-                   "disk written per byte zfs / md"], _layout_rows(d))]
+                   "disk written per byte zfs / md"], _layout_rows(d))
+           if d["layouts"] else NOT_RUN]
     if d.get("cbt_list"):
         md += ["### Listing a backup's changes on the slow disk\n",
                "The CBT section's listing benchmark on the throttled "
