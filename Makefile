@@ -350,7 +350,7 @@ bench-disk-bound: $(VENV)/.bench-tools
 	    --results $(BENCH_OUT)/ceilings -- \
 	    sh -c '$(DISKBOUND_MAIN) --sections ceilings $(BENCH_ARGS)'
 	limits=$$($(VPY) tests/bench/report.py --throttle $(BENCH_OUT)/ceilings) && \
-	$(DISKBOUND_GUEST) --throttle $$limits --timeout 9000 \
+	$(DISKBOUND_GUEST) --throttle $$limits --timeout 16000 \
 	    --results $(BENCH_OUT) -- sh -c '$(DISKBOUND_MAIN) \
 	    --sections disk-bound --throttle '$$limits' $(BENCH_ARGS)'
 	$(VPY) tests/bench/report.py $(BENCH_OUT)

@@ -116,8 +116,9 @@ def render(d, out):
            if d["layouts"] else NOT_RUN]
     if d.get("cbt_list"):
         md += ["### Listing a backup's changes on the slow disk\n",
-               "The CBT section's listing benchmark on the throttled "
-               "one-disk pool: list_changed_blocks' walk of the block "
+               "The CBT section's listing benchmark on a pool striped "
+               "over four throttled disks: list_changed_blocks' walk of "
+               "the block "
                "pointers' birth times (zdb, metadata only) and an "
                "incremental zfs send, against reading the changed bytes "
                "once, caches dropped. Target: zdb at most 0.25x the read "
