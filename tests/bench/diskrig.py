@@ -35,19 +35,20 @@ import os
 import subprocess
 import time
 
+import bench_datapath
 import common
 from measure import (MIB, arc_data_counts, arcstats, cpu_times, disk_counts,
                      fio)
 
-# A cheap QLC SATA SSD's rated figures (maker's data sheet, 1 TB model):
-# what the throttle's proportions come from.
+# A cheap QLC SATA SSD's rated figures (1 TB model): what the throttle's
+# proportions come from.
 SSD = {"model": "Samsung 870 QVO 1 TB (QLC, SATA)",
        "seq_read_mb_s": 560, "seq_write_mb_s": 530,
        "rand_read_iops": 98000, "rand_write_iops": 88000}
 # Bytes a second the disk moves per random IOPS it can do (5714): the
 # throttle's bps = its iops x this.
 BYTES_PER_IOPS = SSD["seq_read_mb_s"] * 1000 * 1000 // SSD["rand_read_iops"]
-# The throttle's IOPS: this share of the slowest backend's 4k ceiling.
+# The throttle: this share of the least any ceilings run asked of its disk.
 SHARE = 0.25
 
 ARC_MIN = 32 * MIB     # OpenZFS's floors: 32 MiB and 64 MiB
@@ -55,13 +56,8 @@ ARC_MAX = 64 * MIB
 DIRTY = 32 * MIB       # unthrottled; on a throttled disk DIRTY_SECONDS of it
 DIRTY_SECONDS = 4      # at least 8 MiB, at most DIRTY
 
-# name, fio rw, block size, iodepth: the launch benchmark's workloads
-WORKLOADS = [
-    ("randread-4k", "randread", "4k", 128),
-    ("seqread-4M", "read", "4M", 4),
-    ("randwrite-4k", "randwrite", "4k", 128),
-    ("seqwrite-4M", "write", "4M", 4),
-]
+# name, fio rw, block size, iodepth: the launch post's four workloads
+WORKLOADS = bench_datapath.WORKLOADS
 
 
 def disk(n):
