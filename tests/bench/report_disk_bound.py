@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from report import ratio_s as _x, table as _table  # noqa: E402
+
 MiB = 1024.0 * 1024
 WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
 NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
@@ -40,18 +42,6 @@ def _s(values, fmt="%.0f"):
         return "-"
     return (fmt + " (" + fmt + "-" + fmt + ")") % (
         statistics.median(values), min(values), max(values))
-
-
-def _x(summary):
-    return "%.2fx (%.2f-%.2f)" % (summary["median"], summary["min"],
-                                  summary["max"])
-
-
-def _table(head, rows):
-    out = ["| " + " | ".join(head) + " |",
-           "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(out) + "\n"
 
 
 def _ratio(d, name, workload, snapshot):
