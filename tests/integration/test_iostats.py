@@ -221,8 +221,14 @@ def test_the_sr_figures_follow_the_attach_and_the_load(
     os.killpg(killed, signal.SIGKILL)
     wait_for(lambda: writers(sr_uuid) == [], "end of the killed writer")
     time.sleep(max(0.0, attached_at + 31 - time.monotonic()))
-    fast_plugin("SR.stat", sr=sr)
-    (again,) = wait_for(lambda: writers(sr_uuid), "writer started again")
+
+    def stat_then_writers():
+        # as xapi's scans call SR.stat, again and again: the plugin's own
+        # clock of the last spawn, not this test's, says when it may
+        # start another (a slow SR.attach made one call come too early)
+        fast_plugin("SR.stat", sr=sr)
+        return writers(sr_uuid)
+    (again,) = wait_for(stat_then_writers, "writer started again")
     assert again != killed
     last = read_metrics(path)["timestamp"]
     wait_for(fresh_sample(path, last), "sample of the new writer")
