@@ -195,7 +195,15 @@ def datapath(d, out):
 
 
 def _plot_datapath(d, out):
-    names = ["zvol_vs_vhd", "hop", "raw_vs_vhd", "zvol_vs_raw"]
+    return plot_ratios(d, out, ["zvol_vs_vhd", "hop", "raw_vs_vhd",
+                                "zvol_vs_raw"],
+                       "Datapath ratios through tapdisk", "datapath.png")
+
+
+def plot_ratios(d, out, names, title, filename, targets=None):
+    """Bars of the named per-run ratios (medians) per workload, without
+    and with a snapshot, on a log scale; targets (workload: ratio), if
+    given, as dashed lines."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, snap in zip(axes, (False, True)):
         width = 0.8 / len(names)
@@ -204,15 +212,20 @@ def _plot_datapath(d, out):
                     for w in WORKLOADS]
             ax.bar([x + i * width for x in range(len(WORKLOADS))], vals,
                    width, label=name)
+        for x, w in enumerate(WORKLOADS if targets else []):
+            ax.plot([x - width / 2, x + 0.8 - width / 2],
+                    [targets[w]] * 2, color="black", linestyle="--",
+                    linewidth=0.8)
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(WORKLOADS))])
         ax.set_xticklabels(WORKLOADS)
         ax.axhline(1.0, color="black", linewidth=0.6)
         ax.set_yscale("log")
         ax.set_title("with a snapshot" if snap else "no snapshot")
-    axes[0].set_ylabel("IOPS ratio (median of per-run ratios)")
+    axes[0].set_ylabel("IOPS ratio (median of per-run ratios)" +
+                       ("; dashed: launch post" if targets else ""))
     axes[0].legend()
-    fig.suptitle("Datapath ratios through tapdisk")
-    return _save(fig, out, "datapath.png")
+    fig.suptitle(title)
+    return _save(fig, out, filename)
 
 
 # --- raw file against zvol ----------------------------------------------------

@@ -10,11 +10,8 @@ import json
 import os
 import statistics
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from report import ratio_s as _x, table as _table  # noqa: E402
+from report import (_ratio, launch_table, plot_ratios,  # noqa: E402
+                    ratio_s as _x, table as _table)
 
 MiB = 1024.0 * 1024
 WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
@@ -44,14 +41,6 @@ def _s(values, fmt="%.0f"):
         statistics.median(values), min(values), max(values))
 
 
-def _ratio(d, name, workload, snapshot):
-    for r in d["ratios"]:
-        if (r["ratio"], r["workload"], r["snapshot"]) == (
-                name, workload, snapshot):
-            return r["value"]
-    return None
-
-
 def _pick(runs, **match):
     return [m for m in runs if all(m.get(k) == v for k, v in match.items())]
 
@@ -78,7 +67,7 @@ def render(d, out):
                   % ", ".join(failed))
     md += _ceilings(out)
     md += ["### zfs-ng against SMAPIv1's VHD file (the launch benchmark)\n",
-           _launch_table(d),
+           launch_table(d),
            "### The other ratios\n", _ratio_table(d),
            "### What a snapshot costs\n",
            "Median IOPS with a snapshot over median without.\n",
@@ -157,20 +146,6 @@ def _ceilings(out):
                th["set_by"], " Never on the disk (all from caches, so "
                "not bound by it): %s." % ", ".join(never) if never else ""),
             _table(["backend"] + WORKLOADS, rows)]
-
-
-def _launch_table(d):
-    rows = []
-    for w in WORKLOADS:
-        plain, snap = (_ratio(d, "zvol_vs_vhd", w, s) for s in (False, True))
-        target = d["targets"][w]
-        met = [x["median"] >= target for x in (plain, snap) if x]
-        rows.append([w, d["launch"][w], ">= %gx" % target,
-                     _x(plain) if plain else "-", _x(snap) if snap else "-",
-                     "yes" if met and all(met) else
-                     "no" if not any(met) else "in one state"])
-    return _table(["workload", "launch post", "target", "no snapshot",
-                   "with snapshot", "met"], rows)
 
 
 def _ratio_table(d):
@@ -259,30 +234,7 @@ def _layout_rows(d):
 
 
 def _plot(d, out):
-    names = ["zvol_vs_vhd", "zvolstd_vs_vhd", "raw_vs_vhd",
-             "zvol_vs_ext4_vhd"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, snap in zip(axes, (False, True)):
-        width = 0.8 / len(names)
-        for i, name in enumerate(names):
-            vals = [(_ratio(d, name, w, snap) or {"median": 0})["median"]
-                    for w in WORKLOADS]
-            ax.bar([x + i * width for x in range(len(WORKLOADS))], vals,
-                   width, label=name)
-        for x, w in enumerate(WORKLOADS):
-            ax.plot([x - width / 2, x + 0.8 - width / 2],
-                    [d["targets"][w]] * 2, color="black", linestyle="--",
-                    linewidth=0.8)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(WORKLOADS))])
-        ax.set_xticklabels(WORKLOADS)
-        ax.axhline(1.0, color="black", linewidth=0.6)
-        ax.set_yscale("log")
-        ax.set_title("with a snapshot" if snap else "no snapshot")
-    axes[0].set_ylabel("IOPS ratio (dashed: launch post)")
-    axes[0].legend()
-    fig.suptitle("Disk-bound ratios through tapdisk")
-    path = os.path.join(out, "disk-bound.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return plot_ratios(d, out, ["zvol_vs_vhd", "zvolstd_vs_vhd", "raw_vs_vhd",
+                                "zvol_vs_ext4_vhd"],
+                       "Disk-bound ratios through tapdisk", "disk-bound.png",
+                       targets=d["targets"])
