@@ -23,7 +23,7 @@ def run(ctx):
         launch.setup()
         diskrig.fill(list(launch.targets.values()), plan_["size_bytes"])
         for workload in diskrig.WORKLOADS:
-            for name in launch.NAMES:
+            for name in launch.names:
                 m = diskrig.measure([launch.targets[name]],
                                     plan_["size_bytes"], workload,
                                     plan_["ceiling_runtime_s"],

@@ -52,6 +52,9 @@ RATIOS = {
     "zvol_vs_raw": ("tap-zvol", "tap-raw-file"),
     "zvol_vs_ext4_vhd": ("tap-zvol", "tap-vhd-ext4"),  # SMAPIv1's EXT SR
     "zvolstd_vs_vhd": ("tap-zvol-std", "tap-vhd-file"),  # sync=standard
+    # the volblocksize question: smaller blocks against zfs-ng's 16K
+    "zvol8k_vs_zvol": ("tap-zvol-8k", "tap-zvol"),
+    "zvol4k_vs_zvol": ("tap-zvol-4k", "tap-zvol"),
 }
 LAYOUTS = [
     # name, zpool vdev arguments (on disks 3-6), mdadm level
@@ -80,15 +83,26 @@ def plan(ctx):
 
 class Launch(object):
     """The launch experiment's backends (module docstring) as diskrig
-    Targets; ``snapshot(name)`` gives one a fresh snapshot."""
+    Targets; ``snapshot(name)`` gives one a fresh snapshot. ``names``:
+    the backends run, NAMES unless main.py --backends chose others."""
 
     NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
              "tap-zvol-std"]
     # zfs-ng VDIs on SRs made with other device-config options than the
-    # defaults (16K blocks, sync=always): what an admin can choose
-    VARIANTS = {"tap-zvol-std": {"sync": "standard"}}
+    # defaults (16K blocks, sync=always): what an admin can choose. The
+    # smaller blocks run on request only (--backends), to weigh the
+    # default against them.
+    VARIANTS = {"tap-zvol-std": {"sync": "standard"},
+                "tap-zvol-8k": {"volblocksize": "8K"},
+                "tap-zvol-4k": {"volblocksize": "4K"}}
 
     def __init__(self, ctx, size):
+        self.names = list(ctx.backends or self.NAMES)
+        unknown = set(self.names) - set(self.NAMES) - set(self.VARIANTS)
+        if unknown:
+            raise ValueError("unknown backends: %s (known: %s)" % (
+                ", ".join(sorted(unknown)),
+                ", ".join(self.NAMES[:4] + sorted(self.VARIANTS))))
         self.ctx = ctx
         self.size = size
         self.zfs = Backends(ctx, size)
@@ -101,14 +115,21 @@ class Launch(object):
         self.zfs.setup()
         pool = diskrig.zpool_syncer(self.ctx.pool)
         for name in self.NAMES[:3]:
-            self.targets[name] = Target(self.zfs.paths[name], pool,
-                                        [diskrig.disk(1)])
-        self.targets["tap-zvol"].dataset = common.volume_dataset(
-            self.zfs.vol)
-        self.ext4 = diskrig.Ext4Vhd(diskrig.disk(2), EXT4_MNT, self.size)
-        self.targets["tap-vhd-ext4"] = Target(
-            self.ext4.dev, diskrig.fs_syncer(EXT4_MNT), [diskrig.disk(2)])
+            if name in self.names:
+                self.targets[name] = Target(self.zfs.paths[name], pool,
+                                            [diskrig.disk(1)])
+        if "tap-zvol" in self.targets:
+            self.targets["tap-zvol"].dataset = common.volume_dataset(
+                self.zfs.vol)
+        if "tap-vhd-ext4" in self.names:
+            self.ext4 = diskrig.Ext4Vhd(diskrig.disk(2), EXT4_MNT,
+                                        self.size)
+            self.targets["tap-vhd-ext4"] = Target(
+                self.ext4.dev, diskrig.fs_syncer(EXT4_MNT),
+                [diskrig.disk(2)])
         for name, options in sorted(self.VARIANTS.items()):
+            if name not in self.names:
+                continue
             sr = self.ctx.new_sr("bench-" + name, **options)
             vdi = diskrig.DatapathDisk(self.ctx, sr, self.size, name)
             self.variants[name] = (sr, vdi)
@@ -184,11 +205,11 @@ def launch(ctx, plan_):
         diskrig.fill(list(exp.targets.values()), plan_["size_bytes"])
         for snapshot in (False, True):
             if snapshot:
-                for name in exp.NAMES:
+                for name in exp.names:
                     exp.snapshot(name)
             for workload in diskrig.WORKLOADS:
                 for i in range(plan_["runs"]):
-                    for name in exp.NAMES:
+                    for name in exp.names:
                         if snapshot and "write" in workload[1]:
                             exp.snapshot(name)
                         m = diskrig.measure(
@@ -380,7 +401,11 @@ def ratios(runs):
 def snapshot_penalty(runs):
     """Per (backend, workload): median IOPS with a snapshot / without."""
     out = []
-    for name in Launch.NAMES:
+    names = []
+    for m in runs:
+        if m["backend"] not in names:
+            names.append(m["backend"])
+    for name in names:
         for workload in [w[0] for w in diskrig.WORKLOADS]:
             med = {}
             for snapshot in (False, True):

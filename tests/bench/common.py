@@ -66,7 +66,8 @@ class Context(object):
     ``quick`` (bool), ``scratch`` (a writable directory off the pool, for
     image files), ``throttle`` (``"IOPS:BPS"``, the limits QEMU put on
     each disk, or None: main.py --throttle), ``parts`` (the disk-bound
-    parts to run, None for all: main.py --parts).
+    parts to run, None for all: main.py --parts), ``backends`` (the
+    launch backends to run, None for the defaults: main.py --backends).
     """
 
     POOL = "bench"
@@ -80,6 +81,7 @@ class Context(object):
         self.quick = quick
         self.throttle = None
         self.parts = None
+        self.backends = None
         self.device = device
         self.scratch = scratch
         os.makedirs(scratch, exist_ok=True)

@@ -65,6 +65,10 @@ def main():
     parser.add_argument("--parts", default=None,
                         help="disk-bound: only these parts (comma list: "
                              "launch_runs,scaling,layouts,cbt_list)")
+    parser.add_argument("--backends", default=None,
+                        help="disk-bound and ceilings: only these launch "
+                             "backends (comma list; adds tap-zvol-8k and "
+                             "tap-zvol-4k to the defaults' names)")
     parser.add_argument("--throttle", default=None,
                         help="IOPS:BPS, the limits run.sh --throttle put on "
                              "each disk (disk-bound section)")
@@ -82,6 +86,7 @@ def main():
     ctx = common.Context(args.root, args.device, args.runs, args.quick)
     ctx.throttle = args.throttle
     ctx.parts = args.parts.split(",") if args.parts else None
+    ctx.backends = args.backends.split(",") if args.backends else None
     result = {"conditions": conditions(args)}
     failed = []
     for name in sections:

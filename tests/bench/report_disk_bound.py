@@ -16,7 +16,7 @@ from report import (_ratio, launch_table, plot_ratios,  # noqa: E402
 MiB = 1024.0 * 1024
 WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
 NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
-         "tap-zvol-std", "tap-zvol-8k"]   # -8k: in older ceilings only
+         "tap-zvol-std", "tap-zvol-8k", "tap-zvol-4k"]
 RATIO_TEXT = {
     "zvol_vs_vhd": "tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1's "
                    "ZFS SR)",
@@ -27,6 +27,10 @@ RATIO_TEXT = {
                         "EXT SR)",
     "zvolstd_vs_vhd": "tap-zvol-std / tap-vhd-file (zfs-ng with "
                       "sync=standard against SMAPIv1's ZFS SR)",
+    "zvol8k_vs_zvol": "tap-zvol-8k / tap-zvol (8K blocks against "
+                      "zfs-ng's 16K)",
+    "zvol4k_vs_zvol": "tap-zvol-4k / tap-zvol (4K blocks against "
+                      "zfs-ng's 16K)",
 }
 
 
@@ -151,11 +155,12 @@ def _ceilings(out):
 def _ratio_table(d):
     rows = []
     for name in ("zvolstd_vs_vhd", "raw_vs_vhd", "zvol_vs_raw",
-                 "zvol_vs_ext4_vhd"):
+                 "zvol_vs_ext4_vhd", "zvol8k_vs_zvol", "zvol4k_vs_zvol"):
         for snap in (False, True):
-            rows.append([RATIO_TEXT[name], "yes" if snap else "no"] +
-                        [_x(v) if v else "-" for v in
-                         (_ratio(d, name, w, snap) for w in WORKLOADS)])
+            values = [_ratio(d, name, w, snap) for w in WORKLOADS]
+            if any(values):     # a pair not run: no row
+                rows.append([RATIO_TEXT[name], "yes" if snap else "no"] +
+                            [_x(v) if v else "-" for v in values])
     return _table(["ratio", "snapshot"] + WORKLOADS, rows)
 
 
@@ -163,7 +168,8 @@ def _penalty_rows(d):
     pen = dict(((p["backend"], p["workload"]), p["with_over_without"])
                for p in d["snapshot_penalty"])
     return [[n] + ["%.2f" % pen[(n, w)] if (n, w) in pen else "-"
-                   for w in WORKLOADS] for n in NAMES]
+                   for w in WORKLOADS] for n in NAMES
+            if any((n, w) in pen for w in WORKLOADS)]
 
 
 def _every_row(d):

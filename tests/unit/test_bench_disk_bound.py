@@ -88,6 +88,28 @@ def test_ratios_pair_run_i_with_run_i_of_the_same_state():
     assert ("raw_vs_vhd", False) not in got
 
 
+def test_smaller_blocks_are_paired_with_zfs_ng_s_default():
+    runs = [run("tap-zvol", "randwrite-4k", False, 0, 100.0),
+            run("tap-zvol-4k", "randwrite-4k", False, 0, 250.0),
+            run("tap-zvol-8k", "randwrite-4k", False, 1, 80.0)]
+    got = dict((r["ratio"], r["value"])
+               for r in bench_disk_bound.ratios(runs))
+    assert got["zvol4k_vs_zvol"]["runs"] == [2.5]
+    # run 1 of the 8K blocks has no run 1 of the default to pair with
+    assert "zvol8k_vs_zvol" not in got
+
+
+class _Ctx(object):
+    backends = ["tap-zvol", "tap-zvol-2k"]
+
+
+def test_launch_refuses_a_backend_it_does_not_know():
+    with pytest.raises(ValueError) as err:
+        bench_disk_bound.Launch(_Ctx(), MIB)
+    assert "tap-zvol-2k" in str(err.value)
+    assert "tap-zvol-4k" in str(err.value)      # what it does know
+
+
 def test_snapshot_penalty_is_median_with_over_median_without():
     runs = [run("tap-zvol", "seqwrite-4M", False, i, v)
             for i, v in enumerate([10.0, 20.0, 30.0])]
