@@ -55,6 +55,9 @@ RATIOS = {
     # the volblocksize question: smaller blocks against zfs-ng's 16K
     "zvol8k_vs_zvol": ("tap-zvol-8k", "tap-zvol"),
     "zvol4k_vs_zvol": ("tap-zvol-4k", "tap-zvol"),
+    # sync writes straight to their blocks instead of through the ZIL
+    "zvoltput_vs_zvol": ("tap-zvol-tput", "tap-zvol"),
+    "zvoltput_vs_vhd": ("tap-zvol-tput", "tap-vhd-file"),
 }
 LAYOUTS = [
     # name, zpool vdev arguments (on disks 3-6), mdadm level
@@ -89,12 +92,14 @@ class Launch(object):
     NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
              "tap-zvol-std"]
     # zfs-ng VDIs on SRs made with other device-config options than the
-    # defaults (16K blocks, sync=always): what an admin can choose. The
-    # smaller blocks run on request only (--backends), to weigh the
-    # default against them.
-    VARIANTS = {"tap-zvol-std": {"sync": "standard"},
-                "tap-zvol-8k": {"volblocksize": "8K"},
-                "tap-zvol-4k": {"volblocksize": "4K"}}
+    # defaults (16K blocks, sync=always): what an admin can choose; and
+    # ZFS properties set on the SR's dataset, which its zvols inherit.
+    # All but the first run on request only (--backends), to weigh the
+    # defaults against them.
+    VARIANTS = {"tap-zvol-std": ({"sync": "standard"}, {}),
+                "tap-zvol-8k": ({"volblocksize": "8K"}, {}),
+                "tap-zvol-4k": ({"volblocksize": "4K"}, {}),
+                "tap-zvol-tput": ({}, {"logbias": "throughput"})}
 
     def __init__(self, ctx, size):
         self.names = list(ctx.backends or self.NAMES)
@@ -127,10 +132,12 @@ class Launch(object):
             self.targets["tap-vhd-ext4"] = Target(
                 self.ext4.dev, diskrig.fs_syncer(EXT4_MNT),
                 [diskrig.disk(2)])
-        for name, options in sorted(self.VARIANTS.items()):
+        for name, (options, props) in sorted(self.VARIANTS.items()):
             if name not in self.names:
                 continue
             sr = self.ctx.new_sr("bench-" + name, **options)
+            for prop in sorted(props.items()):
+                common.run(["zfs", "set", "%s=%s" % prop, sr])
             vdi = diskrig.DatapathDisk(self.ctx, sr, self.size, name)
             self.variants[name] = (sr, vdi)
             self.targets[name] = Target(
