@@ -649,7 +649,8 @@ def merge(out, directories):
     for r in runs:
         section["failed_parts"] += r["disk-bound"].get("failed_parts", [])
     section["wall_s"] = max(r["disk-bound"]["wall_s"] for r in runs)
-    section["merged_from"] = [os.path.abspath(d) for d in directories]
+    section["merged_from"] = [os.path.basename(os.path.abspath(d))
+                              for d in directories]
     merged["disk-bound"] = section
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(merged, f, indent=2, sort_keys=True)

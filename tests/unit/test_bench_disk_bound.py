@@ -6,6 +6,7 @@ the pairing of runs into ratios, and run.sh refusing limits it cannot
 hand to QEMU before it starts anything.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -136,3 +137,41 @@ def test_dirty_data_is_seconds_of_the_throttled_disk_within_bounds():
     assert diskrig.dirty_cap(1685630) == 8 * MIB      # 4 s is 6.4 MiB
     assert diskrig.dirty_cap(3 * MIB) == 12 * MIB
     assert diskrig.dirty_cap(100 * MIB) == 32 * MIB
+
+
+def _part_run(directory, throttle, **parts):
+    os.makedirs(str(directory))
+    section = {"throttle": throttle, "wall_s": 10.0, "failed_parts": [],
+               "launch_runs": [], "scaling": [], "layouts": [],
+               "cbt_list": [], "ratios": [], "snapshot_penalty": []}
+    section.update(parts)
+    with open(os.path.join(str(directory), "results.json"), "w") as f:
+        json.dump({"conditions": {"runs": 3}, "disk-bound": section}, f)
+    return str(directory)
+
+
+def test_merge_takes_each_part_from_the_run_that_ran_it(tmp_path):
+    import report
+    limits = {"iops": 162, "bps": 925668}
+    a = _part_run(tmp_path / "launch", limits,
+                  launch_runs=[{"backend": "tap-zvol"}],
+                  ratios=[{"ratio": "zvol_vs_vhd"}])
+    b = _part_run(tmp_path / "scaling", limits, scaling=[{"vdis": 4}],
+                  failed_parts=["layouts"])
+    report.merge(str(tmp_path), [a, b])
+    with open(os.path.join(str(tmp_path), "results.json")) as f:
+        got = json.load(f)["disk-bound"]
+    assert got["launch_runs"] == [{"backend": "tap-zvol"}]
+    assert got["ratios"] == [{"ratio": "zvol_vs_vhd"}]
+    assert got["scaling"] == [{"vdis": 4}]
+    assert got["layouts"] == [] and got["failed_parts"] == ["layouts"]
+    assert got["merged_from"] == ["launch", "scaling"]   # no host paths
+
+
+def test_merge_refuses_runs_under_different_limits(tmp_path):
+    import report
+    a = _part_run(tmp_path / "a", {"iops": 162, "bps": 925668})
+    b = _part_run(tmp_path / "b", {"iops": 137, "bps": 782818})
+    with pytest.raises(SystemExit) as err:
+        report.merge(str(tmp_path), [a, b])
+    assert "different limits" in str(err.value)
