@@ -15,12 +15,17 @@ import json
 import os
 import sys
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 MiB = 1024.0 * 1024
 GiB = MiB * 1024
+
+
+def _pyplot():
+    """matplotlib's pyplot without a display, imported only to plot: the
+    merge and the limits need none of it (nor does a venv without it)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def med(s):
@@ -204,6 +209,7 @@ def plot_ratios(d, out, names, title, filename, targets=None):
     """Bars of the named per-run ratios (medians) per workload, without
     and with a snapshot, on a log scale; targets (workload: ratio), if
     given, as dashed lines."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, snap in zip(axes, (False, True)):
         width = 0.8 / len(names)
@@ -286,6 +292,7 @@ def volblocksize(d, out):
 def _plot_volblocksize(results, out):
     results = sorted(results, key=lambda r: r["volblocksize"])
     labels = ["%dK" % (r["volblocksize"] // 1024) for r in results]
+    plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     a.bar(labels, [r["space_used_bytes"] / MiB for r in results])
     a.set_ylabel("MiB used after the copy")
@@ -490,6 +497,7 @@ def compose(d, out):
 
 
 def _plot_ls(rows, out):
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     x = [r["vdis"] for r in rows]
     ax.plot(x, [med(r["bare_zfs_list_s"]) for r in rows], "o-",
@@ -521,7 +529,7 @@ def _save(fig, out, name):
     fig.tight_layout()
     path = os.path.join(out, name)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
