@@ -300,6 +300,7 @@ class PoolSR(object):
         self.sr = None
 
     def __enter__(self):
+        diskrig.settle()
         common.run(["zpool", "create", "-f", "-o", "cachefile=none",
                     "-o", "ashift=12", "-m", "none", self.pool] + self.argv)
         try:
@@ -321,6 +322,7 @@ class PoolSR(object):
         diskrig.quiet(["zpool", "destroy", "-f", self.pool])
         for d in self.disks:
             diskrig.quiet(["wipefs", "-a", d])
+        diskrig.settle()
         return False
 
 

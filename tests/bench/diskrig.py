@@ -295,10 +295,16 @@ def _sync_off(dataset):
     return ["zfs", "inherit", "sync", dataset]
 
 
-def quiet(argv):
+def quiet(argv, timeout=300):
     """A cleanup step: log a failure, never raise."""
-    proc = subprocess.run(argv, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True)
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        common.log("disk-bound cleanup: %s: no end in %d s",
+                   " ".join(argv), timeout)
+        return
     if proc.returncode:
         common.log("disk-bound cleanup: %s: %s", " ".join(argv),
                    proc.stdout.strip()[-200:])
@@ -428,3 +434,11 @@ class MdRaid(object):
         for d in self.devices:
             quiet(["mdadm", "--zero-superblock", d])
             quiet(["wipefs", "-a", d])
+        settle()
+
+
+def settle():
+    """Wait (bounded) for udev to finish with the disks: its probes after
+    a wipe or an array's stop hold them open for a moment, and a zpool
+    create then finds them "currently unavailable"."""
+    quiet(["udevadm", "settle", "--timeout=60"])
