@@ -235,14 +235,22 @@ def launch(ctx, plan_):
 
 
 def scaling(ctx, plan_):
-    """1, 2, 4 VDIs at once on the one-disk pool; each VDI a quarter of
-    the working set, so the pool's data stays the same size."""
-    size = plan_["size_bytes"] // max(SCALE)
+    """1, 2, 4 VDIs at once on the one-disk pool.
+
+    Each VDI is as large as the launch part's (twice the ARC's cap): a
+    smaller one would fit the ARC's floor, and the runs of one VDI would
+    read from memory what those of four read from the disk. The tapdisks
+    run at the lowest priority: each spins on its tapdev's ring while a
+    request is outstanding (BENCHMARKS.md), and four of them would take
+    the one vCPU from ZFS and fio, which a VM's disk, served through its
+    Xen ring, never does."""
+    size = plan_["size_bytes"]
     disks, runs = [], []
     try:
         for i in range(max(SCALE)):
             disks.append(diskrig.DatapathDisk(ctx, ctx.sr, size,
                                               "scale-%d" % i))
+        diskrig.nice_tapdisks()
         targets = [Target(d.dev, diskrig.zpool_syncer(ctx.pool),
                           [diskrig.disk(1)],
                           dataset=common.volume_dataset(d.vol))

@@ -437,6 +437,13 @@ class MdRaid(object):
         settle()
 
 
+def nice_tapdisks():
+    """Every tapdisk at the lowest CPU priority (see bench_disk_bound's
+    scaling: their spinning on the tapdev's ring is the rig's)."""
+    pids = common.run(["pgrep", "-x", "tapdisk"]).split()
+    common.run(["renice", "-n", "19", "-p"] + pids)
+
+
 def settle():
     """Wait (bounded) for udev to finish with the disks: its probes after
     a wipe or an array's stop hold them open for a moment, and a zpool
