@@ -18,7 +18,10 @@ exported (closing a zvol commits its log, so the export itself proves
 nothing), the copy put back, and the SR attached: the import replays the
 ZIL. The VDI set to ``sync=standard`` by hand is the control: its guest
 write is lost while a dom0 write made with fsync on the zvol itself is
-kept, so the rig can tell a loss from a keep.
+kept, so the rig can tell a loss from a keep. A third VDI has
+``logbias=throughput`` (``device-config:logbias``): its write goes to its
+block outside the transaction groups and the log holds only where, which
+the replay must find as well.
 """
 
 import pytest
@@ -55,14 +58,20 @@ def test_a_write_the_guest_flushed_survives_a_power_cut(plugin, dp, disks,
     assert sh("zfs", "get", "-H", "-o", "value", "sync", sr).strip() == \
         "always"
     kept, control = new_vdi(plugin, sr), new_vdi(plugin, sr)
+    # device-config:logbias=throughput's VDIs: each sync write goes to its
+    # block (dmu_sync), the log holding only where it went
+    direct = new_vdi(plugin, sr)
     sh("zfs", "set", "sync=standard", dataset(control))   # an admin's choice
+    sh("zfs", "set", "logbias=throughput", dataset(direct))
     vm = Xapi(dp, plugin, sr, kept, repeat=False)
     other = Xapi(dp, plugin, sr, control, repeat=False)
+    third = Xapi(dp, plugin, sr, direct, repeat=False)
     tapdev, kept_zvol = vm.start()
     other_tapdev, other_zvol = other.start()
+    third_tapdev, third_zvol = third.start()
     # a running VM's zvol has its log's first block on disk: a transaction
     # group records it, so it must be made before the freeze
-    for path in (kept_zvol, other_zvol):
+    for path in (kept_zvol, other_zvol, third_zvol):
         assert dd_write(path, pattern(0), offset=2 * DATA) == (0, "")
     sh("zpool", "sync", POOL)
     sh("zpool", "freeze", POOL)
@@ -70,9 +79,11 @@ def test_a_write_the_guest_flushed_survives_a_power_cut(plugin, dp, disks,
     assert dd_write(other_zvol, pattern(3), offset=DATA) == (0, "")
     assert dd_write(tapdev, pattern(1)) == (0, "")           # flushed
     assert dd_write(other_tapdev, pattern(2)) == (0, "")     # flushed
+    assert dd_write(third_tapdev, pattern(4)) == (0, "")     # flushed
     copy(disk, spare)                          # the power cut
     vm.stop()
     other.stop()
+    third.stop()
     plugin("SR.detach", sr=sr)
     copy(spare, disk)                          # the host boots again
     wipe([spare])
@@ -83,3 +94,5 @@ def test_a_write_the_guest_flushed_survives_a_power_cut(plugin, dp, disks,
     assert dd_hash(zvol(control)) == sha(bytes(DATA)), \
         "sync=standard kept a guest's write through the cut: nothing was cut"
     assert dd_hash(zvol(kept)) == sha(pattern(1))
+    assert dd_hash(zvol(direct)) == sha(pattern(4)), \
+        "logbias=throughput lost a flushed write"

@@ -180,6 +180,8 @@ def test_volblocksize_values(value, size):
     ("sync", "standard", "sync", "standard"),
     ("sync", "always", "sync", "always"),
     ("sync", "disabled", "sync", "disabled"),
+    ("logbias", "latency", "logbias", "latency"),
+    ("logbias", "throughput", "logbias", "throughput"),
     ("dedup", "off", "dedup", "off"), ("dedup", "on", "dedup", "on"),
     ("dedup", "verify", "dedup", "verify"),
     ("force", "true", "force", True), ("force", "false", "force", False),
@@ -243,6 +245,8 @@ BAD += [(dict(DEV, provisioning=v), "provisioning") for v in HOSTILE + [
     "thik", "THIN", "Thick", "thin;id", "sparse"]]
 BAD += [(dict(DEV, sync=v), "sync") for v in HOSTILE + [
     "on", "Always", "off", "standard "]]
+BAD += [(dict(DEV, logbias=v), "logbias") for v in HOSTILE + [
+    "Latency", "bandwidth", "throughput ", "on"]]
 BAD += [(dict(DEV, dedup=v), "dedup") for v in HOSTILE + [
     "sha256", "yes", "ON", "verify,sha256"]]
 BAD += [(dict(DEV, force=v), "force") for v in HOSTILE + [

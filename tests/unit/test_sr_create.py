@@ -47,6 +47,7 @@ def test_device_builds_a_tuned_pool(fake):
     assert props["dedup"] == "off"
     assert props["volmode"] == "dev"
     assert props["sync"] == "always"
+    assert "logbias" not in props       # the pool's, inherited
     assert props[meta.SR_UUID] == SR_UUID
     assert props[meta.SR_OWNER] == "pool"
     assert props[meta.SR_PROVISIONING] == "thin"
@@ -104,11 +105,11 @@ def test_vdev_with_log_cache_and_spare(fake):
 def test_options_reach_the_pool(fake):
     create({"device": "/dev/sdb", "compression": "zstd",
             "volblocksize": "64K", "ashift": "12", "provisioning": "thick",
-            "sync": "always", "dedup": "verify"})
+            "sync": "always", "dedup": "verify", "logbias": "throughput"})
     assert fake.pool("tank").props["ashift"] == "12"
     props = fake.local_props("tank")
-    assert (props["compression"], props["sync"], props["dedup"]) == \
-        ("zstd", "always", "verify")
+    assert (props["compression"], props["sync"], props["dedup"],
+            props["logbias"]) == ("zstd", "always", "verify", "throughput")
     assert props[meta.SR_VOLBLOCKSIZE] == "65536"
     assert props[meta.SR_PROVISIONING] == "thick"
 
@@ -386,6 +387,20 @@ def test_adopt_a_pool(fake):
     assert fake.local_props("data") == before       # the pool is untouched
     assert fake.exists("data/backups")
     assert call("SR.attach", configuration=stored) == dataset
+
+
+def test_logbias_is_the_adopted_pool_s_unless_given(fake):
+    """An admin's logbias on the pool reaches the VDIs; device-config's
+    overrides it for this SR only."""
+    fake.admin("zpool create -m none data /dev/sdc")
+    fake.admin("zfs set logbias=throughput data")
+    sr = call("SR.attach", configuration=create({"zpool": "data"}))
+    vdi = create_volume(sr)
+    assert fake.get(sr + "/" + vdi["key"], "logbias") == "throughput"
+    given = create({"zpool": "data", "logbias": "latency"}, uuid=SR_UUID2)
+    sr = call("SR.attach", configuration=given)
+    assert fake.get(sr, "logbias") == "latency"
+    assert fake.get("data", "logbias") == "throughput"
 
 
 def test_adopt_a_dataset(fake):

@@ -32,6 +32,10 @@ KEYS = {
     "provisioning": "thin (default) or thick (VDIs fully reserved)",
     "sync": "always (default: a guest's flushed writes survive a power "
             "cut), standard or disabled",
+    "logbias": "latency (a sync write is in the log after one write; "
+               "default: the pool's, latency unless set) or throughput "
+               "(each sync write goes once, to its block: more bandwidth "
+               "on a pool without a log device)",
     "dedup": "off (default), on or verify; costs RAM and write speed",
     "force": "true to use disks that carry an old filesystem, partition "
              "table or pool label (their data is lost); default false",
@@ -75,6 +79,9 @@ class SrConfig(object):
         # sync=always makes a write the guest saw complete survive a
         # power cut (ARCHITECTURE.md, "Why these defaults")
         self.sync = "always"
+        # None: inherited from the pool (OpenZFS's latency, unless its
+        # admin chose otherwise); ARCHITECTURE.md, "Why these defaults"
+        self.logbias = None
         self.dedup = "off"
         self.force = False
         self.pool_guid = None
@@ -254,6 +261,9 @@ def _parse_options(cfg, config):
     if "sync" in config:
         cfg.sync = _choice("sync", config["sync"],
                            ("standard", "always", "disabled"))
+    if "logbias" in config:
+        cfg.logbias = _choice("logbias", config["logbias"],
+                              ("latency", "throughput"))
     if "dedup" in config:
         cfg.dedup = _choice("dedup", config["dedup"], ("off", "on", "verify"))
     if "force" in config:

@@ -62,6 +62,8 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
         meta.SR_VOLBLOCKSIZE: str(cfg.volblocksize),
         meta.SR_FORMAT: meta.FORMAT_VERSION,
     }
+    if cfg.logbias:
+        props["logbias"] = cfg.logbias
     if owner == "pool":
         props[meta.SR_DEVICES] = values.encode_keys(cfg.devices)
         props[meta.SR_UNCLAIMED] = values.encode_keys(configuration)
