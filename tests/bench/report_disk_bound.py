@@ -49,6 +49,14 @@ def _s(values, fmt="%.0f"):
         statistics.median(values), min(values), max(values))
 
 
+def _rate(runs, workload):
+    """IOPS of random runs, MiB/s of sequential ones (under these limits
+    a 4M run does well under one request a second)."""
+    if workload.startswith("seq"):
+        return _s((m["mib_s"] for m in runs), "%.2f") + " MiB/s"
+    return _s(m["iops"] for m in runs)
+
+
 def _pick(runs, **match):
     return [m for m in runs if all(m.get(k) == v for k, v in match.items())]
 
@@ -88,17 +96,19 @@ def render(d, out):
                    "util", "disk read per byte", "disk written per byte",
                    "CPU busy", "ARC hits/misses"], _every_row(d)),
            "### Several VDIs at once on the one-disk pool\n",
-           "N zfs-ng VDIs, each with its own fio at once; the total "
-           "against one VDI's, and the slowest VDI's share of an even "
-           "split (1.0 = even).\n",
-           _table(["workload", "1 VDI IOPS", "2 VDIs", "4 VDIs",
+           "N zfs-ng VDIs, each with its own fio at once (IOPS, or "
+           "MiB/s for sequential runs); the total against one VDI's, and "
+           "the slowest VDI's share of an even split (1.0 = even).\n",
+           _table(["workload", "1 VDI", "2 VDIs", "4 VDIs",
                    "4 / 1", "evenness at 4", "util at 4"],
                   _scaling_rows(d)) if d["scaling"] else NOT_RUN,
            "### Layouts on four disks: ZFS against Linux RAID\n",
            "zfs-ng (tap-zvol) on the ZFS layout against a VHD on ext4 on "
-           "mdadm RAID over the same four throttled disks.\n",
-           _table(["layout", "workload", "zfs-ng IOPS", "ext4 VHD on md "
-                   "IOPS", "zfs-ng / md", "util zfs / md",
+           "mdadm RAID over the same four throttled disks (IOPS, or MiB/s "
+           "for sequential runs).\n",
+           _table(["layout", "workload", "zfs-ng", "ext4 VHD on md",
+                   "zfs-ng / md", "util zfs / md",
+                   "disk read per byte zfs / md",
                    "disk written per byte zfs / md"], _layout_rows(d))
            if d["layouts"] else NOT_RUN]
     if d.get("cbt_list"):
@@ -211,7 +221,7 @@ def _scaling_rows(d):
                 if one.get(m["run"])]
         even = [min(m["per_target_iops"]) * 4 / m["iops"] for m in by_n[4]
                 if m["iops"]]
-        rows.append([w] + [_s(m["iops"] for m in by_n[n]) for n in (1, 2, 4)]
+        rows.append([w] + [_rate(by_n[n], w) for n in (1, 2, 4)]
                     + [_s(gain, "%.2f"), _s(even, "%.2f"),
                        _s((m["disk_util"] for m in by_n[4]), "%.2f")])
     return rows
@@ -231,16 +241,12 @@ def _layout_rows(d):
             ratio = [r["iops"] / md_iops[r["run"]] for r in z
                      if md_iops.get(r["run"])]
             raid = m[0]["raid"] if m else "?"
-            rows.append([
-                "%s / RAID %s" % (lay, raid), w,
-                _s(r["iops"] for r in z), _s(r["iops"] for r in m),
-                _s(ratio, "%.2f"),
-                "%s / %s" % (_s((r["disk_util"] for r in z), "%.2f"),
-                             _s((r["disk_util"] for r in m), "%.2f")),
-                "%s / %s" % (_s((r["disk_written_per_byte"] for r in z),
-                                "%.2f"),
-                             _s((r["disk_written_per_byte"] for r in m),
-                                "%.2f"))])
+            both = ["%s / %s" % (_s((r[key] for r in z), "%.2f"),
+                                 _s((r[key] for r in m), "%.2f"))
+                    for key in ("disk_util", "disk_read_per_byte",
+                                "disk_written_per_byte")]
+            rows.append(["%s / RAID %s" % (lay, raid), w, _rate(z, w),
+                         _rate(m, w), _s(ratio, "%.2f")] + both)
     return rows
 
 
