@@ -23,7 +23,10 @@ caches dropped before each run (diskrig), so the disk bounds again:
    instead of zfs-ng's sync=always (every write in the ZIL before it
    completes, here on the same disk): what the launch post's zvol had,
    and what the SMAPIv1 backends get (none of them makes a write stable
-   before it completes).
+   before it completes). On request (main.py --backends), zfs-ng VDIs on
+   SRs with other options, paired with tap-zvol: ``tap-zvol-8k`` and
+   ``tap-zvol-4k`` (volblocksize) and ``tap-zvol-tput``
+   (logbias=throughput).
 2. **scaling**: 1, 2 and 4 zfs-ng VDIs on the one-disk pool, each
    attached through the datapath plugin and driven by its own fio job at
    once: the total against one VDI's, and how evenly they share it.

@@ -67,8 +67,8 @@ def main():
                              "launch_runs,scaling,layouts,cbt_list)")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
-                             "backends (comma list; adds tap-zvol-8k and "
-                             "tap-zvol-4k to the defaults' names)")
+                             "backends (comma list: the defaults' names, "
+                             "tap-zvol-8k, tap-zvol-4k, tap-zvol-tput)")
     parser.add_argument("--throttle", default=None,
                         help="IOPS:BPS, the limits run.sh --throttle put on "
                              "each disk (disk-bound section)")
