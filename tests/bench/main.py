@@ -5,6 +5,8 @@
                     compose] [--runs N] [--quick]
     python3 tests/bench/main.py ... --sections ceilings
     python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
+        [--parts launch_runs,scaling,layouts,cbt_list]
+        [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
 
 Creates one SR on DISK through the installed plugin, runs each section on
 that same pool, and writes DIR/results.json: every figure with its repeats
