@@ -333,10 +333,12 @@ bench: $(VENV)/.bench-tools
 	$(VPY) tests/bench/report.py $(BENCH_OUT)
 
 # make bench-disk-bound [ZFS=2.1] [BENCH_OUT=dir] [BENCH_CPUS=1]
-#     [BENCH_ARGS="--quick" | "--parts layouts"]: two boots (see
-# tests/bench/diskrig.py). The first measures the ceilings on unthrottled
-# RAM-backed disks (in /dev/shm); the second runs on disks throttled to the
-# limits the first chose, backed by files in the host's page cache.
+#     [BENCH_ARGS="--quick" | "--parts layouts" |
+#      "--parts launch_runs --backends tap-zvol,tap-vhd-file,tap-zvol-tput"]:
+#     two boots (see tests/bench/diskrig.py). The first measures the
+# ceilings on unthrottled RAM-backed disks (in /dev/shm); the second runs on
+# disks throttled to the limits the first chose, backed by files in the
+# host's page cache.
 BENCH_CPUS ?= 2
 DISKBOUND_GUEST = bash $(GUEST) --zfs $(ZFS) --disks 6 --disk-size 4G \
     --cpus $(BENCH_CPUS)
