@@ -100,7 +100,9 @@ def render(d, out):
            "MiB/s for sequential runs); the total against one VDI's, and "
            "the slowest VDI's share of an even split (1.0 = even).\n",
            _table(["workload", "1 VDI", "2 VDIs", "4 VDIs",
-                   "4 / 1", "evenness at 4", "util at 4"],
+                   "4 / 1", "evenness at 4", "util at 4",
+                   "disk read per byte, 1 / 4 VDIs",
+                   "disk written per byte, 1 / 4 VDIs"],
                   _scaling_rows(d)) if d["scaling"] else NOT_RUN,
            "### Layouts on four disks: ZFS against Linux RAID\n",
            "zfs-ng (tap-zvol) on the ZFS layout against a VHD on ext4 on "
@@ -221,9 +223,14 @@ def _scaling_rows(d):
                 if one.get(m["run"])]
         even = [min(m["per_target_iops"]) * 4 / m["iops"] for m in by_n[4]
                 if m["iops"]]
+        per_byte = ["%s / %s" % (_s((m[key] for m in by_n[1]), "%.2f"),
+                                 _s((m[key] for m in by_n[4]), "%.2f"))
+                    for key in ("disk_read_per_byte",
+                                "disk_written_per_byte")]
         rows.append([w] + [_rate(by_n[n], w) for n in (1, 2, 4)]
                     + [_s(gain, "%.2f"), _s(even, "%.2f"),
-                       _s((m["disk_util"] for m in by_n[4]), "%.2f")])
+                       _s((m["disk_util"] for m in by_n[4]), "%.2f")]
+                    + per_byte)
     return rows
 
 
