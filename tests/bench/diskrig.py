@@ -71,6 +71,27 @@ def stat_files(devices):
             % os.path.basename(os.path.realpath(p)) for p in devices]
 
 
+def wait_quiet(stats, bound=600, poll=0.5):
+    """Wait, at most ``bound`` seconds, until no request has been in
+    flight on these disks (the stat files' in_flight field) for two polls
+    running; returns the seconds waited.
+
+    A sequential read's prefetch runs megabytes ahead of it, and on a
+    throttled disk those reads keep it busy long after fio ends: the
+    next run would count them as its own (a first random-write run after
+    the sequential reads read 230-320 disk bytes per byte, the next 3-4).
+    """
+    start = time.time()
+    quiet_polls = 0
+    while time.time() - start < bound:
+        busy = sum(int(_read(p).split()[8]) for p in stats)
+        quiet_polls = 0 if busy else quiet_polls + 1
+        if quiet_polls == 2:
+            break
+        time.sleep(poll)
+    return time.time() - start
+
+
 def _write(path, value):
     with open(path, "w") as f:
         f.write("%s\n" % value)
@@ -207,6 +228,7 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
     drop_caches()
     for t in targets:
         t.sync()
+    quiet_s = wait_quiet(stats)
     arc_size = arcstats()["size"]
     arc0, disk0, cpu0 = arc_data_counts(), disk_counts(stats), cpu_times()
     jobs = fio_jobs([t.path for t in targets], length, rw, bs,
@@ -225,6 +247,7 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
     return {"iops": ios / seconds, "mib_s": moved / MIB / seconds,
             "per_target_iops": [j["total_ios"] / seconds for j in jobs],
             "flush_s": flush, "seconds": seconds, "ios": ios,
+            "quiet_wait_s": quiet_s,
             "disk_iops": (d[0] + d[2]) / seconds / len(disks),
             "disk_bps": (d[1] + d[3]) / seconds / len(disks),
             "disk_read_per_byte": d[1] / moved,

@@ -175,3 +175,39 @@ def test_merge_refuses_runs_under_different_limits(tmp_path):
     with pytest.raises(SystemExit) as err:
         report.merge(str(tmp_path), [a, b])
     assert "different limits" in str(err.value)
+
+
+def _stat_line(in_flight):
+    """A /sys/class/block/X/stat line: 17 fields, in_flight the 9th."""
+    fields = [0] * 17
+    fields[8] = in_flight
+    return " ".join(str(f) for f in fields)
+
+
+def test_runs_wait_until_the_last_run_s_requests_have_drained(
+        tmp_path, monkeypatch):
+    stat = str(tmp_path / "stat")
+    # a prefetch draining, a gap between two of its requests, then idle
+    seen = [3, 0, 2, 1, 0, 0, 0, 0]
+    reads = []
+
+    def read(path):
+        assert path == stat
+        reads.append(seen[len(reads)])
+        return _stat_line(reads[-1])
+    monkeypatch.setattr(diskrig, "_read", read)
+    monkeypatch.setattr(diskrig.time, "sleep", lambda s: None)
+    diskrig.wait_quiet([stat])
+    assert reads == [3, 0, 2, 1, 0, 0]  # two idle polls in a row, then on
+
+
+def test_a_disk_that_never_drains_costs_the_bound_and_no_more(
+        tmp_path, monkeypatch):
+    clock = [0.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+    monkeypatch.setattr(diskrig, "_read", lambda path: _stat_line(1))
+    monkeypatch.setattr(diskrig.time, "time", lambda: clock[0])
+    monkeypatch.setattr(diskrig.time, "sleep", sleep)
+    assert diskrig.wait_quiet(["stat"], bound=30, poll=0.5) == 30.0
