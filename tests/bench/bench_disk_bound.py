@@ -106,11 +106,12 @@ class Launch(object):
 
     def __init__(self, ctx, size):
         self.names = list(ctx.backends or self.NAMES)
-        unknown = set(self.names) - set(self.NAMES) - set(self.VARIANTS)
+        known = [n for n in self.NAMES if n not in self.VARIANTS] + \
+            sorted(self.VARIANTS)
+        unknown = set(self.names) - set(known)
         if unknown:
             raise ValueError("unknown backends: %s (known: %s)" % (
-                ", ".join(sorted(unknown)),
-                ", ".join(self.NAMES[:4] + sorted(self.VARIANTS))))
+                ", ".join(sorted(unknown)), ", ".join(known)))
         self.ctx = ctx
         self.size = size
         self.zfs = Backends(ctx, size)
@@ -333,7 +334,6 @@ class PoolSR(object):
         diskrig.quiet(["zpool", "destroy", "-f", self.pool])
         for d in self.disks:
             diskrig.quiet(["wipefs", "-a", d])
-        diskrig.settle()
         return False
 
 

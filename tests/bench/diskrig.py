@@ -446,6 +446,7 @@ class MdRaid(object):
 
     def __init__(self, level, devices):
         self.devices = devices
+        settle()
         common.run(["mdadm", "--create", self.DEV, "--run", "--quiet",
                     "--assume-clean", "--metadata=1.2",
                     "--level=%s" % level,
@@ -457,7 +458,6 @@ class MdRaid(object):
         for d in self.devices:
             quiet(["mdadm", "--zero-superblock", d])
             quiet(["wipefs", "-a", d])
-        settle()
 
 
 def nice_tapdisks():
@@ -468,7 +468,8 @@ def nice_tapdisks():
 
 
 def settle():
-    """Wait (bounded) for udev to finish with the disks: its probes after
-    a wipe or an array's stop hold them open for a moment, and a zpool
-    create then finds them "currently unavailable"."""
+    """Wait (bounded) for udev to finish with the disks, before a pool or
+    an array is made on them: its probes after a wipe or an array's stop
+    hold them open for a moment, and a zpool create then finds them
+    "currently unavailable"."""
     quiet(["udevadm", "settle", "--timeout=60"])
