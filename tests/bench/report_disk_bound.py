@@ -57,6 +57,12 @@ def _rate(runs, workload):
     return _s(m["iops"] for m in runs)
 
 
+def _pair(left, right, key):
+    """One figure of two sets of runs side by side: "left / right"."""
+    return "%s / %s" % (_s((m[key] for m in left), "%.2f"),
+                        _s((m[key] for m in right), "%.2f"))
+
+
 def _pick(runs, **match):
     return [m for m in runs if all(m.get(k) == v for k, v in match.items())]
 
@@ -223,8 +229,7 @@ def _scaling_rows(d):
                 if one.get(m["run"])]
         even = [min(m["per_target_iops"]) * 4 / m["iops"] for m in by_n[4]
                 if m["iops"]]
-        per_byte = ["%s / %s" % (_s((m[key] for m in by_n[1]), "%.2f"),
-                                 _s((m[key] for m in by_n[4]), "%.2f"))
+        per_byte = [_pair(by_n[1], by_n[4], key)
                     for key in ("disk_read_per_byte",
                                 "disk_written_per_byte")]
         rows.append([w] + [_rate(by_n[n], w) for n in (1, 2, 4)]
@@ -248,8 +253,7 @@ def _layout_rows(d):
             ratio = [r["iops"] / md_iops[r["run"]] for r in z
                      if md_iops.get(r["run"])]
             raid = m[0]["raid"] if m else "?"
-            both = ["%s / %s" % (_s((r[key] for r in z), "%.2f"),
-                                 _s((r[key] for r in m), "%.2f"))
+            both = [_pair(z, m, key)
                     for key in ("disk_util", "disk_read_per_byte",
                                 "disk_written_per_byte")]
             rows.append(["%s / RAID %s" % (lay, raid), w, _rate(z, w),
