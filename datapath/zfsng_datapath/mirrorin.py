@@ -94,6 +94,10 @@ def _serve(st, path):
     if row.path == path and not row.is_paused:
         return
     if not row.is_paused:
-        tapctl.pause(pid, minor)
+        tapctl.pause(pid, minor)   # a failed one leaves the VBD running
     log.info("tapdisk %s minor %s now serves %s", pid, minor, path)
-    tapctl.unpause(pid, minor, image=path)
+    try:
+        tapctl.unpause(pid, minor, image=path)
+    except BaseException:
+        tapctl.settle_unpaused(pid, minor)   # on the leaf, as before
+        raise

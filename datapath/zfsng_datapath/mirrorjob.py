@@ -197,23 +197,19 @@ class Copy(object):
         came = {}
         waiter = threading.Thread(target=_accept,
                                   args=(listener, self.size, came))
+        waiter.daemon = True    # tapdisk connects during the unpause
         pools.sync(self.zvol.split("/")[0])   # less for the snapshot to wait
         with lock.sr_lock(self.job["sr"]):    # for inside the pause
-            tapctl.pause(pid, minor)
+            tapctl.pause(pid, minor)   # a failed one leaves the VBD running
             paused = time.monotonic()
             try:
                 self.take(snap, held)
-            except BaseException:
-                _resume(pid, minor)
-                raise
-            waiter.start()
-            try:
+                waiter.start()
                 tapctl.unpause(pid, minor, "nbd:" + listener.getsockname())
-            except BaseException:
-                _resume(pid, minor)   # tapdisk stays paused when its
-                raise                 # secondary fails to open
-            finally:
-                waiter.join(relay.ACCEPT_TIMEOUT + 5)
+            except BaseException:     # never leave the guest frozen: a
+                tapctl.settle_unpaused(pid, minor)   # failed resume stays
+                raise                                # paused
+            waiter.join(relay.ACCEPT_TIMEOUT + 5)
             pause = time.monotonic() - paused
         self.job.update(pause_seconds=round(pause, 3))
         log.info("mirror: the guest was paused %.2f s; mirroring", pause)
@@ -273,16 +269,6 @@ def _overlap(ranges, offset, end):
         if stop > offset:
             found.append((max(start, offset), min(stop, end)))
     return found
-
-
-def _resume(pid, minor):
-    """Unpause without a secondary; never raises (the error that led here
-    is the one to report)."""
-    try:
-        tapctl.unpause(pid, minor)
-    except errors.StorageError as exc:
-        log.error("mirror: could not unpause tapdisk %s minor %s: %s",
-                  pid, minor, exc.message)
 
 
 def _accept(listener, size, came):

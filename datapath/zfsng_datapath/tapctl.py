@@ -76,7 +76,7 @@ import re
 import stat
 import time
 
-from zfsng import log, runner
+from zfsng import errors, log, runner
 
 from zfsng_datapath.errors import TapdevHeld, TapdiskError, \
     TapdiskUnavailable
@@ -92,7 +92,14 @@ NBD_SOCKET = "/var/run/blktap-control/nbd%d.%d"
 # new-style NBD client (td_fdreceiver: TAPDISK_NBDSERVER_NEW_LISTEN_SOCK_PATH
 # "<pid>.<minor>"). xapi passes a storage migration's connection there.
 NBD_FD_SOCKET = "/var/run/blktap-control/nbdserver-new%d.%d"
+PAUSE_REQUESTED = 0x10   # TD_VBD_PAUSE_REQUESTED in a VBD's state
 PAUSED = 0x20         # TD_VBD_PAUSED in a VBD's state (tapdisk-vbd.h)
+# A pause whose tap-ctl failed (killed at its bound) stays requested in
+# tapdisk, which completes it once its in-flight requests have (each
+# bounded by TD_VBD_REQUEST_TIMEOUT, 120 s): how long pause waits for
+# that before it unpauses.
+PAUSE_SETTLE = 150.0  # seconds
+SETTLE_POLL = 0.5     # seconds
 CLOSE_TIMEOUT = 120   # seconds: tap-ctl close -t, as SMAPIv1 uses
 IMAGE_TYPE = "aio"    # raw: the zvol's blocks are the disk's blocks
 # Known transient failures, retried a bounded number of times (as sm's
@@ -196,8 +203,46 @@ def pause(pid, minor):
     guest requests wait in the ring (a guest sees a stall, not an error)
     until unpause. A migration's last copy runs while it is paused. No -t:
     blktap 3.55.5's tap-ctl takes it for a usage error (its 't' case
-    falls through to '?'); the runner's bound on the command holds."""
-    _run(["pause", "-p", str(pid), "-m", str(minor)])
+    falls through to '?'); the runner's bound on the command holds.
+
+    A pause that fails leaves the VBD running: tapdisk goes on with a
+    pause it was asked for even when tap-ctl is gone (tapdisk-control.c
+    leaves TD_VBD_PAUSE_REQUESTED set), and nothing else would ever
+    unpause it, the guest's disk frozen for good. So pause waits for that
+    request to settle, unpauses a VBD that ended paused, and raises the
+    pause's error."""
+    try:
+        _run(["pause", "-p", str(pid), "-m", str(minor)])
+    except errors.StorageError as exc:
+        log.error("tap-ctl pause of tapdisk %s minor %s failed (%s): "
+                  "making sure the VBD runs", pid, minor, exc.message)
+        settle_unpaused(pid, minor)
+        raise
+
+
+def settle_unpaused(pid, minor):
+    """Leave the VBD running: wait (at most PAUSE_SETTLE seconds) while a
+    pause is requested, then unpause it if it is paused. Never raises: it
+    runs on the way out of an error, which is the one to report."""
+    bound = PAUSE_SETTLE
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            row = view().vbd(pid, minor)
+            if row is None or not row.state_flag(PAUSE_REQUESTED | PAUSED):
+                return
+            if row.is_paused:
+                unpause(pid, minor)
+                log.info("tapdisk %s minor %s unpaused", pid, minor)
+                return
+        except errors.StorageError as exc:
+            log.error("tapdisk %s minor %s: %s", pid, minor, exc.message)
+        if time.monotonic() >= deadline:
+            log.error("tapdisk %s minor %s may still be paused after %d s: "
+                      "tap-ctl unpause -p %s -m %s resumes it", pid, minor,
+                      bound, pid, minor)
+            return
+        time.sleep(SETTLE_POLL)
 
 
 def unpause(pid, minor, secondary=None, image=None):
@@ -275,7 +320,11 @@ class Row(object):
     @property
     def is_paused(self):
         """Paused (its image closed, its name kept) until unpause."""
-        return bool((self.state or 0) & PAUSED)
+        return self.state_flag(PAUSED)
+
+    def state_flag(self, flags):
+        """Whether any of flags is set in the VBD's state."""
+        return bool((self.state or 0) & flags)
 
     def __repr__(self):
         return "Row(pid=%r, minor=%r, args=%s)" % (

@@ -46,10 +46,11 @@ its minors stay allocated and become orphans, as the kernel keeps them),
 import errno
 import os
 
-from zfsng import runner
+from zfsng import errors, runner
 
 TAPDEV = "/dev/xen/blktap-2/tapdev%d"
 CLOSED = 0x2          # a VBD's state in ``list`` once closed
+PAUSE_REQUESTED = 0x10   # TD_VBD_PAUSE_REQUESTED: a pause not done yet
 PAUSED = 0x20         # TD_VBD_PAUSED, until unpause
 PROGRAMS = ("tap-ctl", "kill")
 
@@ -68,6 +69,8 @@ class FakeTapCtl(object):
         # tapdisks that stay up idle after their last VBD goes (one an
         # NBD client's fd was passed to, as in a migration)
         self.lingering = set()
+        self.stalled_pauses = 0       # see stall_pause
+        self.pauses_complete = True
 
     # --- runner interface ----------------------------------------------------
 
@@ -121,6 +124,15 @@ class FakeTapCtl(object):
         """The next ``times`` argvs starting with command's words fail with
         errno err."""
         self.injected.append([command.split(), err, times])
+
+    def stall_pause(self, times=1, completes=True):
+        """The next ``times`` pauses outlive tap-ctl, as behind a slow
+        request: tap-ctl is killed at its bound (CommandTimeout) with the
+        pause requested in tapdisk (PAUSE_REQUESTED), which completes it
+        later, here at the next ``list`` (tapdisk_vbd_check_state), or
+        never (completes=False: a request stuck for good)."""
+        self.stalled_pauses = times
+        self.pauses_complete = completes
 
     def holder(self, minor):
         for pid, vbds in self.tapdisks.items():
@@ -246,6 +258,11 @@ class FakeTapCtl(object):
     def _pause(self, args):
         """Quiesce: the image closes, the VBD keeps its name (args)."""
         vbd = self._vbd(self._opts(args, "p:m:h"))
+        if self.stalled_pauses:
+            self.stalled_pauses -= 1
+            vbd["state"] = vbd.get("state", 0) | PAUSE_REQUESTED
+            raise errors.CommandTimeout("tap-ctl pause did not finish within "
+                                        "its bound")
         vbd["state"] = vbd.get("state", 0) | PAUSED
         return ""
 
@@ -288,6 +305,11 @@ class FakeTapCtl(object):
 
     def _list(self, args):
         opts = self._opts(args, "m:p:t:f:h")
+        for vbds in self.tapdisks.values():    # a stalled pause completes
+            for vbd in vbds.values():
+                if vbd.get("state", 0) & PAUSE_REQUESTED and \
+                        self.pauses_complete:
+                    vbd["state"] = vbd["state"] & ~PAUSE_REQUESTED | PAUSED
         rows = []   # (pid, minor, state, type, path), -1/None = unknown
         if "p" in opts:
             pids = [int(opts["p"])] if int(opts["p"]) in self.tapdisks \

@@ -4,16 +4,19 @@ and Data.stat read from the job's file (the mirror job itself runs on real
 ZFS and tapdisk: tests/integration/test_migrate_out.py). Also the copy's
 rule for zeros: sent only where an earlier round wrote data."""
 
+import contextlib
+import errno
 import os
 import subprocess
 import sys
 
 import pytest
 
+import faketapctl
 from conftest import call
 from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
 from zfsng import collect, errors, lock, meta, runner, zfs
-from zfsng_datapath import mirror, mirrorjob, nbd
+from zfsng_datapath import mirror, mirrorjob, nbd, relay, tapctl
 from zfsng_datapath.errors import NbdError, NotAttached
 
 REMOTE = "nbd+unix:///leaf?socket=/var/run/nbdproxy/export/MIR1a2b3c"
@@ -246,3 +249,63 @@ def test_the_catch_up_writes_only_through_the_relay():
     copy._free(0, 4096)
     assert (client.sent, client.zeroed) == (0, [])
     assert (relayed.sent, relayed.zeroed) == (4096, [(0, 4096)])
+
+
+class Doc(dict):
+    """A job's state without its file: update keeps the fields."""
+
+    def update(self, **fields):
+        dict.update(self, fields)
+
+
+def switching(host, vdi, tmp_path, monkeypatch):
+    """A running VDI's copy at its switch: (copy, listener, vbd state)."""
+    monkeypatch.setattr(mirror, "DIR", str(tmp_path / "mirrors"))
+    monkeypatch.setattr(tapctl, "SETTLE_POLL", 0)
+    sr, vol = vdi
+    running(vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    job = Doc(tapdisk=pid, minor=minor, sr=sr, total=0)
+    copy = mirrorjob.Copy(job, Recorder(), dataset_of(vol), vol[
+        "virtual_size"])
+    listener = relay.listen(str(tmp_path / "relay.sock"))
+    vbd = host.tap.tapdisks[pid][minor]
+    return copy, listener, vbd
+
+
+@pytest.mark.parametrize("fault", ["pause-stalls", "unpause-fails",
+                                   "snapshot-fails"])
+def test_a_failed_switch_leaves_the_guests_disk_running(host, vdi, tmp_path,
+                                                        monkeypatch, fault):
+    """Whatever fails around the switch, the VBD ends unpaused on its
+    zvol: a pause tap-ctl gave up on completes in tapdisk later (and
+    nothing else would unpause it), a resume that fails stays paused."""
+    copy, listener, vbd = switching(host, vdi, tmp_path, monkeypatch)
+    image = vbd["args"]
+    if fault == "pause-stalls":
+        host.tap.stall_pause()
+    elif fault == "unpause-fails":
+        host.tap.inject("tap-ctl unpause", errno.EIO)
+    else:
+        host.zfs.inject("zfs snapshot", "cannot create snapshot: I/O error")
+    with contextlib.ExitStack() as held:
+        with pytest.raises(errors.StorageError):
+            copy.switch(held, listener)
+    assert vbd["state"] & (faketapctl.PAUSED |
+                           faketapctl.PAUSE_REQUESTED) == 0
+    assert vbd["args"] == image
+
+
+def test_a_pause_that_never_settles_is_given_up_on_within_its_bound(
+        host, vdi, tmp_path, monkeypatch):
+    """A tapdisk that never completes the pause: pause raises after
+    PAUSE_SETTLE, the VBD left as tapdisk has it (and SMlog says how to
+    resume it), no unpause sent to a VBD that is not paused."""
+    copy, listener, vbd = switching(host, vdi, tmp_path, monkeypatch)
+    monkeypatch.setattr(tapctl, "PAUSE_SETTLE", 0)
+    host.tap.stall_pause(completes=False)
+    with contextlib.ExitStack() as held:
+        with pytest.raises(errors.CommandTimeout):
+            copy.switch(held, listener)
+    assert vbd["state"] & faketapctl.PAUSE_REQUESTED
+    assert not [a for a in host.calls if a[:2] == ["tap-ctl", "unpause"]]

@@ -77,12 +77,15 @@ def test_dom0_has_no_tapdisk_to_serve_a_mirror(host, vdi, domain):
 
 
 def test_an_unpause_that_failed_is_finished_by_the_next_call(host, vdi):
+    """A failed unpause onto the sink leaves the VBD running on the
+    leaf, never paused; the next call serves the sink."""
     sr, vol = vdi
     receive(sr, vol)
     host.tap.inject("tap-ctl unpause", errno.EIO)
     with pytest.raises(errors.StorageError):
         dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
-    assert served(host)[1] & 0x20           # left paused
+    args, state, _, _ = served(host)
+    assert state == 0 and args.endswith(vol["key"])
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     args, state, _, _ = served(host)
     assert state == 0 and args.endswith(vol["key"] + ".in")

@@ -448,6 +448,14 @@ class ZpoolCommands(object):
         pool.state, pool.readonly = "EXPORTED", False
         return ""
 
+    def _zpool_sync(self, argv):
+        """``zpool sync [pool...]``: the fake has no dirty data to write;
+        an unknown pool fails as the real one does."""
+        opts, args = self._getopt(argv, 2, "")
+        for name in args:
+            self._open_pool(name)
+        return ""
+
     def _zpool_destroy(self, argv):
         opts, args = self._getopt(argv, 2, "")
         if len(args) != 1:
