@@ -27,11 +27,19 @@ Idempotent, and a crash anywhere is finished by the next call: the sink
 is reused (one a power cut left inside its ``zfs create``, with its
 volblocksize but without its later properties, is made again), a VBD left paused is unpaused onto the sink. A sink whose
 leaf is destroyed (xapi's receive_cancel) goes with it (the collector).
+
+Until the compose, the leaf's own zvol is empty: the guest's writes are
+in the sink, the copied base on the parent. xapi calls the compose from a
+hook that ignores its failure, then starts the VM on the leaf. So no VBD
+but the mirror's own may attach or activate a leaf whose sink is still
+there (``check_whole``, from datapath.py): a compose past its commit is
+finished then, anything else is refused (ComposePending), never served.
 """
 
-from zfsng import errors, lock, log, meta, wire, zfs, zvoldev
+from zfsng import collect, errors, inventory, lock, log, meta, wire, zfs, \
+    zvoldev
 from zfsng_datapath import scope, state, tapctl, uri as urimod
-from zfsng_datapath.errors import NotAttached
+from zfsng_datapath.errors import ComposePending, NotAttached
 
 
 @wire.method("Datapath.import_activate")
@@ -101,3 +109,33 @@ def _serve(st, path):
     except BaseException:
         tapctl.settle_unpaused(pid, minor)   # on the leaf, as before
         raise
+
+
+def check_whole(target, st):
+    """Refuse (ComposePending) to hand out a leaf whose mirror sink still
+    holds writes its zvol lacks, unless st is the mirror's own VBD (the
+    one import_activate made serve the sink). A compose cut after its
+    commit is finished instead: the leaf's name is then the composed
+    disk. Costs one ``zfs get`` when there is no sink. Callers hold the
+    SR lock."""
+    if target.snapshot is not None or "sink" in st:
+        return
+    leaf = target.head.rsplit("/", 1)[1]
+    sink = meta.sink_name(target.sr, leaf)
+    found = scope.row(sink, ["name", "type", meta.MIRROR_SINK])
+    if found is None or not meta.is_sink(found):
+        return
+    rows = inventory.rows(target.sr)
+    if any(meta.is_composing(r) and r[meta.COMPOSE_INTO] == leaf
+           for r in rows):
+        log.info("%s: finishing the compose a crash cut after its commit",
+                 target.head)
+        collect.collect(target.sr, rows)
+        return
+    raise ComposePending(
+        "VDI %s holds the writes of a storage migration, in its mirror sink "
+        "%s, that Volume.compose has not put on the copied disk yet: it is "
+        "not attached or activated, since no VM may run on a partial disk; "
+        "nothing was changed. The migration's compose failed (see SMlog on "
+        "this, the destination, host); the data is in %s and the "
+        "migration's parent VDI." % (leaf, sink, sink))

@@ -10,7 +10,7 @@ the leaf's own data where the leaf wrote, the parent's elsewhere.
 
 import pytest
 
-from zfsng import collect, errors, inventory, lock, meta, rangecopy
+from zfsng import collect, errors, inventory, lock, meta, rangecopy, zdb
 
 import fakezfs
 from conftest import call
@@ -151,6 +151,47 @@ def test_a_snapshot_gone_during_the_copy_stops_the_commit(fake, sr,
     assert {leaf, parent} <= set(listed(sr))
     monkeypatch.setattr(rangecopy, "copy", real)
     assert compose(sr, leaf, parent) is None
+    assert sorted(listed(sr)) == [leaf]
+
+
+def test_without_zdb_the_written_sectors_come_from_a_full_send(
+        fake, sr, monkeypatch):
+    """zdb past its bound fails the call (a send takes longer still) and
+    commits nothing; zdb failing otherwise (a pool it cannot open): the
+    WRITE records of a full send of the sink's snapshot are the same
+    sectors (no compression, a block a sector)."""
+    leaf, _, parent, block = received(fake, sr, parent_writes=[(0, 64)],
+                                      mirror_writes=[(3, 1)])
+    sink = meta.sink_name(sr, leaf)
+    fake.guest_write(sink, 5 * block, 3 * block)
+    fake.guest_write(sink, 60 * block + S, S)
+    copied, real = [], rangecopy.copy
+
+    def copy(source, target, ranges):
+        copied.append(list(ranges))
+        return real(source, target, ranges)
+
+    def stuck(*args):
+        raise errors.CommandTimeout("zdb did not finish within 6 s")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(zdb, "born_since", stuck)
+        since = len(fake.calls)
+        with pytest.raises(errors.CommandTimeout):
+            compose(sr, leaf, parent)
+    assert fake.ran("zfs", "send", since=since) == []
+    assert {leaf, parent} <= set(listed(sr))
+    monkeypatch.setattr(rangecopy, "copy", copy)
+    fake.inject("zdb -e", "zdb: can't open 'tank': I/O error", times=1)
+    p_before = blocks(fake, zvol(sr, parent))
+    since = len(fake.calls)
+    assert compose(sr, leaf, parent) is None
+    after = blocks(fake, zvol(sr, leaf))
+    assert set(b for b, (t, _) in after.items()
+               if p_before[b][0] != t) == {0, 5, 6, 7, 60}
+    assert len(fake.ran("zfs", "send", since=since)) == 1
+    assert copied == [[(3 * S, 4 * S), (5 * block, 8 * block),
+                       (60 * block + S, 60 * block + 2 * S)]]
     assert sorted(listed(sr)) == [leaf]
 
 

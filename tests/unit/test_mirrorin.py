@@ -12,11 +12,12 @@ import errno
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import collect, errors, meta
 
 from conftest import call, create_volume
-from test_datapath import dp, host, uri_of, vdi  # noqa: F401
-from zfsng_datapath.errors import NotAttached
+from test_datapath import dp, host, nothing_left, uri_of, vdi  # noqa: F401
+from zfsng_datapath import state
+from zfsng_datapath.errors import ComposePending, NotAttached
 
 MIR = "MIRa1b2c3"
 
@@ -160,3 +161,122 @@ def test_a_leaf_tapdisk_that_stays_up_after_detach_is_ended(host, vdi):
     dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
     assert pid not in host.tap.tapdisks
     assert ["kill", "-TERM", str(pid)] in host.calls
+
+
+# --- a leaf before its compose is never served ------------------------------
+
+def mirrored(host, sr, vol):
+    """receive, the mirror and the copy, then the mirror's VBD gone, as
+    xapi leaves them before its compose: (parent, the written blocks of
+    the composed disk). The parent holds blocks 0-7, the sink a sector
+    of block 2 and block 9."""
+    parent = receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    pzvol = meta.vdi_dataset(sr, parent["key"])
+    block = host.zfs.dataset(pzvol).volblocksize
+    host.zfs.guest_write(pzvol, 0, 8 * block)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.guest_write(sink, 2 * block + 512, 512)
+    host.zfs.guest_write(sink, 9 * block, block)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    return parent, list(range(8)) + [9]
+
+
+def data_blocks(host, name):
+    return sorted(b for b, (_, d) in host.zfs.dataset(name).blocks.items()
+                  if d)
+
+
+def runs_on_the_composed_disk(host, sr, vol, want):
+    """attach and activate for a guest serve the leaf's name, which holds
+    the composed data: the parent's and the mirror's."""
+    leaf = meta.vdi_dataset(sr, vol["key"])
+    dp("Datapath.attach", uri=uri_of(vol), domain="7")
+    dp("Datapath.activate", uri=uri_of(vol), domain="7")
+    args, opened = served(host)[:2]
+    assert args == "aio:" + host.link(leaf) and opened == 0
+    assert data_blocks(host, leaf) == want
+    assert not host.zfs.exists(meta.sink_name(sr, vol["key"]))
+    assert [v["key"] for v in call("SR.ls", sr=sr)] == [vol["key"]]
+
+
+def test_a_leaf_whose_compose_failed_is_refused_not_served_empty(host, vdi):
+    """xapi ignores a failed compose and starts the VM on the leaf: its
+    own zvol is empty (the writes are in the sink, the base on the
+    parent). Every attach is refused, leaving nothing; the mirror's own
+    VBD was served all along; a compose then makes the leaf whole."""
+    sr, vol = vdi
+    parent = receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.activate", uri=uri_of(vol), domain=MIR)   # its own: fine
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert served(host)[0].endswith(vol["key"] + ".in")
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.guest_write(sink, 0, 4096)
+    for domain in ("7", "0"):
+        before = len(host.calls)
+        with pytest.raises(ComposePending) as err:
+            dp("Datapath.attach", uri=uri_of(vol), domain=domain)
+        assert sink in err.value.message
+        assert host.tap.vbds() == [] and state.all_states() == []
+        assert not [a for a in host.calls[before:] if a[:2] in (
+            ["zfs", "snapshot"], ["zfs", "rename"], ["zfs", "destroy"])]
+        with pytest.raises(NotAttached):
+            dp("Datapath.activate", uri=uri_of(vol), domain=domain)
+    nothing_left(host)
+    call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
+    runs_on_the_composed_disk(host, sr, vol, [0])
+
+
+def test_a_vbd_attached_before_the_mirror_is_not_activated(host, vdi):
+    """A guest's VBD attached while the leaf was still empty and without
+    a sink: its activate is refused until the compose."""
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain="7")
+    parent, want = mirrored(host, sr, vol)
+    with pytest.raises(ComposePending):
+        dp("Datapath.activate", uri=uri_of(vol), domain="7")
+    [(_, _, args, _)] = host.tap.vbds()
+    assert args is None                   # attached, never opened
+    dp("Datapath.detach", uri=uri_of(vol), domain="7")
+    call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
+    runs_on_the_composed_disk(host, sr, vol, want)
+
+
+def test_a_compose_cut_after_its_commit_is_finished_by_the_attach(
+        host, vdi, monkeypatch):
+    """The parent took the leaf's uuid (compose's commit), the leaf's
+    empty zvol and the sink are still there: the attach finishes the
+    compose and serves the composed disk, the parent under the leaf's
+    name."""
+    sr, vol = vdi
+    parent, want = mirrored(host, sr, vol)
+
+    def cut(row, rows):
+        raise errors.StorageError("killed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(collect, "finish_compose", cut)
+        with pytest.raises(errors.StorageError):
+            call("Volume.compose", sr=sr, key=vol["key"],
+                 key2=parent["key"])
+    pzvol = meta.vdi_dataset(sr, parent["key"])
+    assert host.zfs.get(pzvol, meta.COMPOSE_INTO) == vol["key"]
+    assert host.zfs.exists(meta.vdi_dataset(sr, vol["key"]))
+    runs_on_the_composed_disk(host, sr, vol, want)
+    assert not host.zfs.exists(pzvol)
+
+
+def test_the_mirrors_vbd_attached_again_keeps_serving_its_sink(host, vdi):
+    """xapi may repeat the leaf's attach and activate in the mirror's
+    domain (a retry): the VBD goes on serving the sink, not the leaf."""
+    sr, vol = vdi
+    receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.attach", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.activate", uri=uri_of(vol), domain=MIR)
+    args, state, _, _ = served(host)
+    assert state == 0 and args.endswith(vol["key"] + ".in")

@@ -10,7 +10,9 @@ xapi-storage-script turns into Volume.compose(sr, key=leaf, key2=parent):
 the leaf's writes go on top of the parent's data, and the leaf, keeping
 its uuid, is the migrated VDI the VM runs on. The parent is no longer a
 VDI afterwards, nor is the dummy (xapi then destroys the dummy and
-ignores the error).
+ignores the error). xapi ignores a failed compose too, and starts the VM
+on the leaf: the datapath refuses a leaf whose sink is still there
+(ComposePending, zfsng_datapath/mirrorin.py), never serves it partial.
 
 Sectors. The mirror writes whatever the guest writes, 512 bytes at
 least. Written into the leaf's own zvol, a write smaller than a block
@@ -27,8 +29,9 @@ written and freed within one transaction group, so a discarded sector
 keeps the parent's data (a discard leaves its content undefined).
 
 ZFS-native and exact, at the cost of the mirror's writes, never of the
-disk's size: the sink's data blocks (``zdb``: metadata only) are the
-byte ranges the guest wrote; those alone are copied from
+disk's size: the sink's data blocks (``zdb``: metadata only; if zdb
+fails, the WRITE records of a full ``zfs send`` of it, as cbt falls
+back) are the byte ranges the guest wrote; those alone are copied from
 the sink onto the parent's zvol (``rangecopy``); then the parent takes
 the leaf's uuid, labels and name, and the leaf's zvol goes with the
 dummy and the sink.
@@ -36,11 +39,11 @@ dummy and the sink.
 Steps, each one command, and what a crash after each leaves:
 1. snapshot the sink, ``<sink>@zfsng-compose`` (zdb reads what is on
    disk). Internal: the collector frees it if nothing follows.
-2. copy the written ranges onto the parent, flushed, outside the SR
-   lock (see compose). All three VDIs are still what they were; a
-   compose called again copies again (the sink has not changed), xapi's
-   receive_cancel destroys them (and the collector the sink, once its
-   leaf is gone).
+2. read the written ranges (zdb, else a full send), copy them onto the
+   parent, flushed, outside the SR lock (see compose). All three VDIs
+   are still what they were; a compose called again copies again (the
+   sink has not changed), xapi's receive_cancel destroys them (and the
+   collector the sink, once its leaf is gone).
 3. one ``zfs set`` on the parent: the leaf's uuid and labels, and
    COMPOSE_INTO. From here on the compose is finished forward
    (``collect.finish_compose``, run here at once, and by the collector of
@@ -55,6 +58,7 @@ from zfsng import blockmap, collect, errors, inventory, lock, log, meta, \
 from zfsng_volume import volume as vol
 
 ZDB_RATE = 20000     # block pointers a second (as cbt reads them)
+SEND_RATE = 20 << 20    # bytes a second, zdb's fallback (as cbt's)
 LABELS = (meta.VDI_NAME, meta.VDI_DESCRIPTION, meta.VDI_KEYS,
           meta.VDI_SHARABLE)
 
@@ -179,8 +183,19 @@ def _sink(sr, rows, leaf, key):
 
 def _written(snap, sink):
     """The range set of the sectors the mirror wrote into the sink (it
-    started empty): its data blocks, within the disk."""
+    started empty): its data blocks, within the disk, from zdb (metadata
+    only), else from the WRITE records of a full send of the snapshot
+    (its data read once), as cbt does. Without compression and with one
+    block a sector, those are exactly the written sectors, zeros too. A
+    zdb past its bound fails the call: a send would only take longer."""
     size, block = int(sink["volsize"]), int(sink["volblocksize"])
-    bound = runner.allow(ZDB_RATE, size // block + 1)
-    _, data = zdb.born_since(0, snap, block, bound)
+    try:
+        _, data = zdb.born_since(0, snap, block,
+                                 runner.allow(ZDB_RATE, size // block + 1))
+    except errors.CommandTimeout:
+        raise
+    except errors.StorageError as exc:
+        log.warning("zdb could not list the blocks of %s (%s): sending it "
+                    "whole instead", snap, exc.message)
+        data = zfs.send_data(snap, bound=runner.allow(SEND_RATE, size))
     return blockmap.intersect(data, [(0, size)])
