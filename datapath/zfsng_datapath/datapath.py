@@ -31,8 +31,8 @@ Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
 from zfsng import lock, log, meta, wire, zvoldev
-from zfsng_datapath import iostat, reset, scope, snapclone, state, tapctl, \
-    uri as urimod
+from zfsng_datapath import iostat, mirror, mirrorin, reset, scope, \
+    snapclone, state, tapctl, uri as urimod
 from zfsng_datapath.errors import NotAttached, TapdiskError, \
     TapdiskUnavailable
 
@@ -130,10 +130,13 @@ def _target(uri, domain=None):
 
 def _device_dataset(target, st):
     """The dataset to hand out: the zvol, or the snapshot's clone (and
-    whether it was made now). Checks the VDI, finishes a reset a crash
-    interrupted, sweeps unused clones; notes the SR's uuid (iostat)."""
+    whether it was made now). Checks the VDI (never a migration's leaf
+    before its compose: mirrorin.check_whole, first, as a compose it
+    finishes renames), finishes a reset a crash interrupted, sweeps
+    unused clones; notes the SR's uuid (iostat)."""
     with lock.sr_lock(target.sr):
         if target.snapshot is None:
+            mirrorin.check_whole(target, st)
             st["sr_uuid"] = reset.prepare(target)[meta.SR_UUID]
             snapclone.sweep(target.sr)
             return target.head, False
@@ -158,6 +161,8 @@ def attach(dbg, uri, domain):
         try:
             view = tapctl.view() if guest else None  # no tap-ctl: no change
             st["device"], made_clone = _device_dataset(target, st)
+            # the VBD of a migration's mirror keeps serving its sink
+            st["device"] = st.get("sink") or st["device"]
             state.save(st)
             zvoldev.wait(st["device"])
             if guest:
@@ -225,6 +230,8 @@ def _activate(uri, domain, readonly):
             raise NotAttached("%s is not attached for domain %s on this "
                               "host: Datapath.attach comes first"
                               % (target.dataset, domain))
+        with lock.sr_lock(target.sr):   # a disk attached before its mirror
+            mirrorin.check_whole(target, st)
         zvoldev.wait(st["device"])
         path = zvoldev.link(st["device"])
         if not urimod.is_dom0(domain):
@@ -273,16 +280,34 @@ def deactivate(dbg, uri, domain):
             return None
         # a dom0 state has no tapdisk, unless an older zfs-ng made it (it
         # took u0_ domains for guests): that one is closed too
+        dropped = False
         if st.get("pid") is not None:
             try:
                 row = tapctl.view().vbd(st["pid"], st.get("minor"))
             except TapdiskUnavailable:
                 row = None
             if row is not None and row.is_open:
+                dropped = _mirror_dropped(target, domain, st)
                 tapctl.close(st["pid"], st["minor"])
         st["active"] = False
         state.save(st)
+        # xenopsd deactivates a migrating VM's disks after suspending it
+        # and before the destination resumes it: the last moment a failed
+        # mirror can stop the move (mirror.py)
+        mirror.check_ended(target.dataset, domain, dropped)
         return None
+
+
+def _mirror_dropped(target, domain, st):
+    """Whether tapdisk dropped the secondary of a mirror of this disk,
+    asked before the close ends it (False without a mirror)."""
+    if not mirror.jobs_of(target.dataset, domain):
+        return False
+    try:
+        return bool(tapctl.mirror_failed(st["pid"], st["minor"]))
+    except TapdiskError as exc:
+        log.warning("tap-ctl stats of %s: %s", target.dataset, exc.message)
+        return False
 
 
 @wire.method("Datapath.detach")

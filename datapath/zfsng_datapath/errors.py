@@ -47,3 +47,17 @@ class NotAVdi(StorageError):
 class NbdError(StorageError):
     """An NBD peer (a migration's destination) refused the export, failed
     a request, or stopped answering within the bound."""
+
+
+class ComposePending(StorageError):
+    """A VDI a storage migration wrote into (its mirror sink holds the
+    guest's writes) that Volume.compose has not made whole yet: its own
+    zvol is empty, the copied base is on the migration's parent VDI, so
+    attaching or activating it would run a VM on a partial disk. Refused,
+    nothing changed, for any VBD but the mirror's own."""
+
+
+class MirrorFailed(StorageError):
+    """A storage migration's mirror failed after xapi was told it was
+    complete: the move is stopped (the VM stays on, or is halted on, this
+    SR's intact disk) rather than finished onto a stale copy."""

@@ -1,25 +1,44 @@
-"""Data.mirror and Data.stat: a running VM's disk copied to another SR
-while the guest writes, for storage migration out of zfs-ng.
+"""Data.mirror and Data.stat: a VM's disk copied to another SR, for
+storage migration out of zfs-ng; and the check that stops a move whose
+mirror failed after xapi was told it was complete.
 
 How xapi drives it (xen-api v26.1.4, storage_smapiv3_migrate.ml
-send_start and mirror_wait): the destination made and activated an empty
-disk and answered its NBD export; xapi starts a one-shot proxy to it at
-``/var/run/nbdproxy/export/<mirror vm>``, calls Data.mirror(uri, the VM's
-domid, ``nbd+unix:///<export>?socket=<proxy>``), then polls Data.stat
-without pause until ``complete`` or ``failed``, and only then moves the
-VM's memory. Once the VM runs on the destination, the source's VBD is
-closed, which ends the mirror.
+send_start and mirror_wait, xapi_vm_migrate.ml): every read-write disk of
+a VM, running, halted or suspended, takes this path. The destination made
+and activated an empty disk and answered its NBD export; xapi attaches
+the VDI in dom0 (not activated), starts a one-shot proxy to it at
+``/var/run/nbdproxy/export/<mirror vm>``, calls Data.mirror(uri, the
+VM's domid, ``nbd+unix:///<export>?socket=<proxy>``), then polls Data.stat
+without pause until ``complete`` or ``failed``. The domid is ``-1`` for a
+halted or suspended VM: its disk has no writer, so the job copies one
+snapshot of it and is done (``mirrorjob``). A running VM's job copies,
+then mirrors its writes until its VBD closes.
+
+After ``complete`` xapi never polls again on its own: it calls Data.stat
+once more before it moves the VM's memory (its ``failed`` ignored), then
+suspends the VM and calls Datapath.deactivate for its domain before the
+destination resumes it. A failure after ``complete`` must reach xapi
+through one of those two, or the VM moves onto a stale copy and xapi
+destroys this SR's disk. So Data.stat raises ``MirrorFailed`` once for a
+job that failed after it said ``complete`` (xapi then fails the move, the
+VM still running here), and Datapath.deactivate (``check_ended``) waits
+for the job to end once tapdisk has closed and raises ``MirrorFailed``
+when it did not end well (xenopsd then halts the VM here, its disk
+intact, and the destination is dropped). What was told to xapi is kept in
+marker files beside the job's file (the job's process rewrites its file
+whole): ``<key>.complete``, ``<key>.reported``.
 
 Data.mirror checks and records the job, starts the mirror job
 (``mirrorjob``, a detached process with a bound on its life) and returns
-at once. Data.stat is one file read: xapi calls it in a loop.
+at once. Data.stat is one or two file reads: xapi calls it in a loop.
 
 A job's state is one JSON file in DIR (beside the datapath's state files,
 on the same tmpfs: a reboot ends every mirror), written whole by
 the job as it goes: phase ("starting", "copying", "mirroring", "done",
 "failed"), bytes copied and the disk's allocated bytes (progress), the
 rounds, the guest's pause, the error. A job whose process is gone
-before it finished is failed, whatever its file says.
+before it finished is failed, whatever its file says. Files of jobs that
+ended more than KEEP seconds ago are removed by the next Data.mirror.
 """
 
 import os
@@ -28,12 +47,22 @@ import time
 
 from zfsng import errors, log, names, runfiles, runner, wire
 from zfsng_datapath import nbd, scope, state, uri as urimod
-from zfsng_datapath.errors import NotAttached
+from zfsng_datapath.errors import MirrorFailed, NotAttached
 
 DIR = state.RUN_DIR + "-mirror"
-LIFETIME = 24 * 3600    # seconds: the bound on a job's whole life
+# The bound on a job's whole life. A running VM's job lives until the VM
+# has moved, and xapi moves a VM's disks one after the other, then copies
+# their snapshots: a week covers a large VM on a slow link. A job that
+# outlives it fails, and the move with it (check_ended), never silently.
+LIFETIME = 7 * 24 * 3600
 START_GRACE = 60        # seconds for a started job to record its pid
 FINISHED = ("done", "failed")
+HALTED = "-1"           # xapi's domid of a halted or suspended VM
+KEEP = 24 * 3600        # seconds a finished job's files are kept
+# How long Datapath.deactivate waits for a job to end once tapdisk closed
+# its secondary: the relay's replies still due (nbd.TIMEOUT) and a flush.
+END_WAIT = nbd.TIMEOUT + 30
+END_POLL = 0.2
 
 
 def path(key):
@@ -63,46 +92,116 @@ def _alive(job):
         return False
 
 
+def phase(job):
+    """The job's phase, "failed" if its process died before it ended."""
+    if job["phase"] not in FINISHED and not _alive(job):
+        return "failed"
+    return job["phase"]
+
+
 def status(job):
     """Data.stat's answer for a job."""
-    phase = job["phase"]
-    if phase not in FINISHED and not _alive(job):
-        phase = "failed"
+    now = phase(job)
     total = max(job.get("total") or 0, 1)
-    progress = 1.0 if phase in ("mirroring", "done") else \
+    progress = 1.0 if now in ("mirroring", "done") else \
         min(0.99, 0.99 * job.get("copied", 0) / total)
-    return {"failed": phase == "failed",
-            "complete": phase in ("mirroring", "done"),
+    return {"failed": now == "failed",
+            "complete": now in ("mirroring", "done"),
             "progress": progress}
+
+
+def _marker(key, what):
+    return os.path.join(DIR, "%s.%s" % (key, what))
+
+
+def _mark(key, what):
+    with open(_marker(key, what), "w"):
+        pass
+
+
+def _marked(key, what):
+    return os.path.exists(_marker(key, what))
+
+
+def _failure_to_report(job):
+    """The error of a job that failed after xapi was told it was
+    complete, if xapi has not been told of it yet; else None. Told once:
+    xapi's cleanup calls Data.stat again and must not fail there."""
+    if phase(job) != "failed" or not _marked(job["key"], "complete") or \
+            _marked(job["key"], "reported"):
+        return None
+    _mark(job["key"], "reported")
+    return job.get("error") or "its process ended before the mirror did"
+
+
+def _failed(job, why):
+    return MirrorFailed(
+        "the mirror of %s to the migration's destination failed after it "
+        "was complete (%s): the move is stopped so that the VM never runs "
+        "on a stale copy; its disk on this SR is intact" % (
+            job["dataset"], why))
 
 
 @wire.method("Data.mirror")
 def mirror(dbg, uri, domain, remote):
     target = urimod.parse(uri)
-    urimod.check_domain(domain)
+    if domain != HALTED:
+        urimod.check_domain(domain)
     if target.snapshot is not None or urimod.is_dom0(domain):
         raise errors.InvalidArgument(
-            "Data.mirror: %s in domain %s is no running VM's disk"
-            % (uri, domain))
+            "Data.mirror: %s in domain %s is no VM's disk" % (uri, domain))
     nbd.parse_uri(remote)
+    job = _new_job(target, uri, domain, remote)
+    scope.check(target)
+    _sweep()
+    save(job)
+    runner.spawn_detached(["timeout", "-k", "30", str(LIFETIME),
+                           sys.executable, "-m", "zfsng_datapath.mirrorjob",
+                           job["key"]])
+    log.info("mirror %s: %s of domain %s to %s", job["key"], target.dataset,
+             domain, remote)
+    return ["MirrorV1", job["key"]]
+
+
+def _new_job(target, uri, domain, remote):
+    """The job's first state: a running VM's names its tapdisk; a halted
+    VM's has none, and no guest may be running on the disk."""
+    job = {"key": names.new_uuid(), "uri": uri, "dataset": target.dataset,
+           "sr": target.sr, "domain": domain, "remote": remote,
+           "tapdisk": None, "minor": None, "phase": "starting",
+           "started": time.time(), "copied": 0, "total": 0, "rounds": []}
+    if domain == HALTED:
+        running = [st["domain"] for st in state.all_states()
+                   if st.get("dataset") == target.dataset and
+                   st.get("active") and st.get("pid") is not None]
+        if running:
+            raise errors.InvalidArgument(
+                "Data.mirror: %s is the disk of a running VM (domain %s), "
+                "not of a halted one" % (uri, running[0]))
+        return job
     st = state.load(target.dataset, domain)
     if not st or not st.get("active") or st.get("pid") is None:
         raise NotAttached("Data.mirror: %s is not active in domain %s on "
                           "this host" % (uri, domain))
-    scope.check(target)
-    key = names.new_uuid()
-    job = {"key": key, "uri": uri, "dataset": target.dataset,
-           "sr": target.sr, "domain": domain, "remote": remote,
-           "tapdisk": st["pid"], "minor": st["minor"], "phase": "starting",
-           "started": time.time(),
-           "copied": 0, "total": 0, "rounds": []}
-    save(job)
-    runner.spawn_detached(["timeout", "-k", "30", str(LIFETIME),
-                           sys.executable, "-m", "zfsng_datapath.mirrorjob",
-                           key])
-    log.info("mirror %s: %s of domain %s to %s", key, target.dataset,
-             domain, remote)
-    return ["MirrorV1", key]
+    job.update(tapdisk=st["pid"], minor=st["minor"])
+    return job
+
+
+def _sweep():
+    """Remove the files of jobs that ended more than KEEP seconds ago."""
+    now = time.time()
+    for name in os.listdir(DIR) if os.path.isdir(DIR) else []:
+        key = name.split(".", 1)[0]
+        job = load(key) if names.is_uuid(key) else None
+        if job is None or phase(job) not in FINISHED or \
+                now - job.get("ended", now) < KEEP:
+            continue
+        for leftover in (path(key), _marker(key, "complete"),
+                         _marker(key, "reported")):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
 
 
 @wire.method("Data.stat")
@@ -112,4 +211,47 @@ def stat(dbg, operation):
     if job is None:
         raise errors.InvalidArgument("Data.stat: no operation %s %s on "
                                      "this host" % (kind, key))
-    return status(job)
+    why = _failure_to_report(job)
+    if why is not None:
+        raise _failed(job, why)
+    answer = status(job)
+    if answer["complete"]:
+        _mark(key, "complete")
+    return answer
+
+
+def jobs_of(dataset, domain):
+    """The jobs mirroring the disk dataset of domain (a running VM's)."""
+    found = []
+    for name in os.listdir(DIR) if os.path.isdir(DIR) else []:
+        key, _, ext = name.partition(".")
+        if ext != "json" or not names.is_uuid(key):
+            continue
+        job = load(key)
+        if job and job.get("dataset") == dataset and \
+                job.get("domain") == domain:
+            found.append(job)
+    return found
+
+
+def check_ended(dataset, domain, tapdisk_failed):
+    """Datapath.deactivate's check, once tapdisk has closed the disk of
+    domain: each job mirroring it ends (bounded by END_WAIT); one that
+    failed after xapi was told it was complete raises MirrorFailed, the
+    move stopped. tapdisk_failed: tapdisk said it dropped the mirror
+    (nbd_mirror_failed) before it closed."""
+    for job in jobs_of(dataset, domain):
+        deadline = time.monotonic() + END_WAIT
+        while phase(job) not in FINISHED and time.monotonic() < deadline:
+            time.sleep(END_POLL)
+            job = load(job["key"]) or job
+        if tapdisk_failed and phase(job) == "done":
+            job = dict(job, phase="failed",
+                       error="tapdisk dropped the mirror")
+        if phase(job) not in FINISHED:
+            job = dict(job, phase="failed", error="the mirror did not end "
+                       "within %d s of the disk's close" % END_WAIT)
+        why = _failure_to_report(job)
+        if why is not None:
+            log.error("mirror %s: %s", job["key"], why)
+            raise _failed(job, why)

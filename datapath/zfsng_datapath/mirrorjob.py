@@ -1,5 +1,10 @@
-"""The mirror job: the process Data.mirror starts, which copies a running
-VM's disk to the destination, then mirrors the guest's writes to it.
+"""The mirror job: the process Data.mirror starts, which copies a VM's
+disk to the destination, then, for a running VM, mirrors the guest's
+writes to it.
+
+A halted or suspended VM's disk (domain -1) has no writer: one snapshot
+is sent whole (step 1's round 0), flushed, and the job is done; no tapdisk
+is involved.
 
 1. Copy in rounds. Round 0 snapshots the zvol and sends the snapshot
    (``zfs send -L``: ZFS reads only allocated blocks, holes are FREE
@@ -25,7 +30,11 @@ VM's disk to the destination, then mirrors the guest's writes to it.
    wrote since the unpause, so no background copy writes over a mirrored
    write. Data.stat says complete once the catch-up is flushed.
 4. Mirror: the relay forwards tapdisk's writes until tapdisk closes the
-   secondary (the VBD closed: the VM moved or stopped).
+   secondary (the VBD closed: the VM moved or stopped). Meanwhile a
+   watchdog asks tapdisk every WATCH seconds whether it dropped the
+   secondary (``nbd_mirror_failed``: a write the destination failed or
+   did not answer within tapdisk's own 30 s), which the relay cannot see;
+   the job then fails, and the move with it (``mirror.check_ended``).
 
 A guest that writes faster than the link: the rounds stop shrinking and
 the job goes on to mirror; from then on the guest's writes go at the
@@ -45,6 +54,7 @@ destroys it itself when done.
 import bisect
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,6 +68,18 @@ ROUND_SMALL = 64 * MiB     # a change this small is sent while mirroring
 SHRINK = 0.8               # a round at least this much smaller than the last
 MAX_ROUNDS = 10
 MIN_RATE = MiB             # bytes/s: a send's bound is its size at this
+WATCH = 5.0                # seconds between two looks at tapdisk's stats
+
+
+class Terminated(Exception):
+    """SIGTERM (the bound on the job's life): the job fails, its cleanup
+    runs (a paused VBD is unpaused, its snapshots destroyed)."""
+
+    message = "the job was stopped at the bound on its life"
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 class Job(object):
@@ -80,17 +102,18 @@ class Job(object):
 def main(argv):
     key = argv[1]
     log.setup("mirror", key)
+    signal.signal(signal.SIGTERM, _terminate)
     job = Job(key)
     job.update(pid=os.getpid(), phase="copying")
     try:
         with contextlib.ExitStack() as held:
             run(job, held)
-        job.update(phase="done")
+        job.update(phase="done", ended=time.time())
         log.info("mirror %s done", key)
         return 0
     except Exception as exc:     # the job's end: recorded, never raised
         message = getattr(exc, "message", None) or repr(exc)
-        job.update(phase="failed", error=message)
+        job.update(phase="failed", error=message, ended=time.time())
         log.error("mirror %s failed: %s", key, message)
         return 1
 
@@ -107,6 +130,9 @@ def run(job, held):
         raise NbdError("the destination is %d bytes, the disk %d"
                        % (client.size, size))
     copy = Copy(job, client, zvol, size)
+    if job["tapdisk"] is None:            # a halted VM's disk: one round
+        copy.send(None, copy.snapshot(held))
+        return
     base = copy.rounds(held)
     sock = os.path.join(mirror.DIR, job.key + ".sock")
     listener = relay.listen(sock)
@@ -120,9 +146,28 @@ def run(job, held):
                        % (getattr(exc, "message", None) or exc))
         raise
     job.update(phase="mirroring")
+    _watch(job, forwarder)
     forwarder.wait()
     client.flush()
     job.update(mirrored=forwarder.forwarded)
+
+
+def _watch(job, forwarder):
+    """Start the watchdog: it fails the mirror once tapdisk says it
+    dropped the secondary, and ends with the mirror."""
+    def watch():
+        while not forwarder.ended(WATCH):
+            try:
+                dropped = tapctl.mirror_failed(job["tapdisk"], job["minor"])
+            except errors.StorageError:
+                continue          # the VBD closing: the relay sees it end
+            if dropped:
+                forwarder.stop("tapdisk dropped the mirror "
+                               "(nbd_mirror_failed)")
+                return
+    thread = threading.Thread(target=watch)
+    thread.daemon = True
+    thread.start()
 
 
 class Copy(object):
@@ -134,6 +179,7 @@ class Copy(object):
         self.held = []     # range set of what earlier rounds wrote there
         self.writes, self.frees = [], []      # this round's records
         self.pending_at, self.pending = 0, bytearray()  # records joined
+        self.released = set()     # snapshots destroyed already
 
     def name(self, held):
         """A new snapshot name, held (lock.reading) until the job ends."""
@@ -143,9 +189,19 @@ class Copy(object):
         return snap
 
     def take(self, snap, held):
-        """Snapshot the zvol (under the SR lock); destroyed at the end."""
+        """Snapshot the zvol (under the SR lock); destroyed once no later
+        send needs it (release), or at the end."""
         zfs.snapshot(snap)
-        held.callback(lambda: _drop(self.job["sr"], snap))
+        held.callback(lambda: self.release(snap))
+
+    def release(self, snap):
+        """Destroy a snapshot no send needs any more: a round's base once
+        the next round is sent, both of the catch-up's once it is, so a
+        long mirror holds no snapshot (each keeps the blocks the guest
+        overwrites since). Once: the end's callback finds it gone."""
+        if snap is not None and snap not in self.released:
+            self.released.add(snap)
+            _drop(self.job["sr"], snap)
 
     def snapshot(self, held):
         snap = self.name(held)
@@ -183,6 +239,7 @@ class Copy(object):
         for n in range(MAX_ROUNDS):
             snap = self.snapshot(held)
             sent = self.send(base, snap)
+            self.release(base)
             base = snap
             if n and (sent <= ROUND_SMALL or sent > SHRINK * last):
                 break
@@ -225,6 +282,8 @@ class Copy(object):
         self.sink = forwarder
         self.send(base, last)
         forwarder.caught_up()
+        self.release(base)
+        self.release(last)
 
     def _write(self, offset, data):
         """A WRITE record: joined to the pending one when it follows it.

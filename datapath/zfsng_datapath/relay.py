@@ -15,9 +15,10 @@ NBD_OPT_EXPORT_NAME, a 10-byte answer (size, flags); then simple requests
 (WRITE, READ, DISC), pipelined. A reply goes back to tapdisk only once
 the destination answered the request: tapdisk acknowledges a guest write
 when both its image and this secondary have it, so an acknowledged write
-is on the destination. When the upstream fails, the relay closes
-tapdisk's connection: tapdisk then drops the secondary and marks
-``nbd_mirror_failed``; the guest never sees an error.
+is on the destination. When the upstream fails, or the destination
+answers a request with an error (passed on to tapdisk), the relay fails
+the mirror and closes tapdisk's connection: tapdisk then drops the
+secondary and marks ``nbd_mirror_failed``; the guest never sees an error.
 """
 
 import os
@@ -145,10 +146,18 @@ class Forwarder(object):
         requests.join()      # the job's own life bound holds
         with self.lock:
             self.done = True
+            self.lock.notify_all()
         replies.join(nbd.TIMEOUT + 2 * POLL)
         self.conn.close()
         if self.error:
             raise NbdError(self.error)
+
+    def ended(self, timeout):
+        """Wait up to timeout seconds for the forwarding to end; whether
+        it has."""
+        with self.lock:
+            return self.lock.wait_for(lambda: self.done or
+                                      self.error is not None, timeout)
 
     def stop(self, error):
         """Fail the mirror: tapdisk drops its secondary."""
@@ -163,6 +172,8 @@ class Forwarder(object):
         finally:
             with self.lock:
                 self.done = True
+                self.lock.notify_all()
+            self.lock.notify_all()
 
     def _forward_requests(self):
         while self.error is None:
@@ -343,6 +354,9 @@ class Forwarder(object):
                               data)
         except OSError:
             pass          # tapdisk went away: the requests side ends
+        if error:         # tapdisk drops the secondary on it: so does the
+            raise NbdError("the destination failed a mirrored request: "
+                           "errno %d" % error)          # job, not silently
 
     def _upstream_recv(self, n):
         return _recv(self.upstream, n,

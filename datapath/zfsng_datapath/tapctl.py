@@ -10,6 +10,8 @@ for what each one does):
   tap-ctl allocate                   reserve a minor; prints the device,
                                      /dev/xen/blktap-2/tapdev<minor>
                                      (BLKTAP2_IO_DEVICE + minor)
+  tap-ctl stats -p PID -m MINOR      the VBD's figures, a JSON object
+                                     (tapdisk_vbd_stats): nbd_mirror_failed
   tap-ctl attach -p PID -m MINOR     the tapdisk takes the minor's ring
                                      (EINVAL if it has it already)
   tap-ctl open -p PID -m MINOR -a aio:PATH [-R]
@@ -255,6 +257,22 @@ def unpause(pid, minor, secondary=None, image=None):
     if image:
         argv += ["-a", "%s:%s" % (IMAGE_TYPE, image)]
     _run(argv + (["-2", secondary] if secondary else []))
+
+
+def mirror_failed(pid, minor):
+    """Whether the VBD's tapdisk dropped its mirror's secondary
+    (``nbd_mirror_failed`` in ``tap-ctl stats``: set when the secondary
+    failed a write, timed out (block-nbd.c, 30 s) or could not be opened;
+    the guest is never told). None when tapdisk does not say."""
+    return parse_mirror_failed(_run(["stats", "-p", str(pid),
+                                     "-m", str(minor)]))
+
+
+def parse_mirror_failed(text):
+    """``nbd_mirror_failed`` of ``tap-ctl stats``'s output, as a bool; None
+    when it is not there."""
+    match = re.search(r'"nbd_mirror_failed"\s*:\s*(-?[0-9]+)', text)
+    return None if match is None else match.group(1) != "0"
 
 
 def device_present(tapdev):

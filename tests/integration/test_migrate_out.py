@@ -23,6 +23,7 @@ import time
 import pytest
 
 from conftest import sh
+from plugin_client import PluginError
 from datapath_util import GUEST, STATE_DIR, dataset
 from migration_util import BLOCK, Proxy, Writer, whole_hash
 from test_migrate_into import MIRROR_VM, nbd_of
@@ -162,6 +163,9 @@ def migrate_live(dp, plugin, sr, destination, released):
     seen = wait_complete(dp, op[1])
     progress = [s.get("progress", 0.0) for s in seen]
     assert progress == sorted(progress) and progress[-1] == 1.0
+    names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
+               sr).split()        # mirroring holds no snapshot
+    assert not [n for n in names if "@zfsng-sxm-" in n]
     time.sleep(2)                     # the guest writes on, mirrored
     writer.stop.set()
     writer.join(60)
@@ -204,6 +208,21 @@ def stat_until(dp, key, what, bound=900):
     raise AssertionError("Data.stat never matched: %r" % got)
 
 
+def job_until(key, phase, bound=900):
+    """Wait until the job's file says phase, without a Data.stat."""
+    import json
+    path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            job = json.load(f)
+        if job["phase"] == phase:
+            return job
+        assert job["phase"] not in ("done", "failed"), job
+        time.sleep(0.2)
+    raise AssertionError("the mirror job never reached %s" % phase)
+
+
 def job_gone(key):
     """The job's process ended (its file says so)."""
     import json
@@ -218,6 +237,98 @@ def job_gone(key):
     raise AssertionError("the mirror job did not end: %r" % job)
 
 
+def test_a_halted_vms_disk_moves_to_another_zfs_ng_sr(
+        dp, plugin, sr, zfsng_destination, released):
+    """xapi mirrors a halted (or suspended) VM's disks too, with its
+    domid -1, the disk attached in dom0 only: one snapshot is copied, no
+    tapdisk, and the destination equals the source."""
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    with open("/dev/zvol/" + dataset(src), "r+b") as f:
+        for at in range(0, MIG_SIZE, 3 * BLOCK):
+            f.seek(at)
+            f.write(os.urandom(BLOCK // 8) * 8 if at % 2 else bytes(BLOCK))
+        f.seek(MIG_SIZE - 512)
+        f.write(os.urandom(512))                 # a sub-block write
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    dom0 = domain_of("mirror_vbd/%s/%s" % (SOURCE_DP, src["key"]), "0")
+    vm("Datapath.attach", domain=dom0)           # send_start, no activate
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM),
+                  zfsng_destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (zfsng_destination.export,
+                                              PROXY_DIR, MIRROR_VM)
+    op = vm("Data.mirror", domain="-1", remote=remote)
+    seen = wait_complete(dp, op[1])
+    assert seen[-1]["progress"] == 1.0
+    job = job_gone(op[1])
+    assert job["phase"] == "done" and len(job["rounds"]) == 1
+    vm("Datapath.deactivate", domain=dom0)       # DP.destroy of mirror_
+    vm("Datapath.detach", domain=dom0)
+    proxy.join(60)
+    assert zfsng_destination.finalize() == whole_hash(
+        "/dev/zvol/" + dataset(src))
+    assert not sh("tap-ctl", "list").strip()
+    names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
+               sr).split()
+    assert not [n for n in names if "@zfsng-sxm-" in n]
+    nothing_left(sr)
+
+
+@pytest.mark.parametrize("caught_by", ["data-stat", "deactivate"])
+def test_a_mirror_lost_after_complete_stops_the_move(
+        dp, plugin, sr, tmp_path, caught_by, released):
+    """The destination lost once Data.stat said complete: xapi no longer
+    polls. Its last Data.stat before it moves the VM's memory raises
+    MirrorFailed (the move fails, the VM still runs here); without that
+    call, the deactivate xenopsd makes of the suspended VM's disk before
+    the destination resumes it raises it (xenopsd then halts the VM here).
+    Either way once, the guest never saw an error, and its disk here
+    holds every write it made."""
+    destination = NbdFileDestination(tmp_path)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    writer = Writer(tapdev, 3, MIG_SIZE, WRITE_EVERY)
+    writer.start()
+    released.append(writer)
+    dom0 = domain_of(SOURCE_DP, "0")
+    vm("Datapath.attach", domain=dom0)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    wait_complete(dp, op[1])
+    proxy.cut.set()
+    time.sleep(2)                    # the guest writes on: not mirrored
+    writer.stop.set()
+    writer.join(60)
+    assert writer.error is None and writer.count > 0
+    if caught_by == "data-stat":
+        assert job_gone(op[1])["phase"] == "failed"
+        with pytest.raises(PluginError) as err:
+            dp("Data.stat", operation=["MirrorV1", op[1]])
+        assert err.value.name == "MirrorFailed", err.value.params
+    with open(tapdev, "rb") as f:            # the disk still serves
+        expected = f.read()
+    if caught_by == "deactivate":
+        with pytest.raises(PluginError) as err:
+            vm("Datapath.deactivate", domain=GUEST)
+        assert err.value.name == "MirrorFailed", err.value.params
+    else:
+        vm("Datapath.deactivate", domain=GUEST)
+    got = dp("Data.stat", operation=["MirrorV1", op[1]])
+    assert got["failed"] and not got["complete"]
+    with open("/dev/zvol/" + dataset(src), "rb") as f:
+        assert f.read() == expected
+    vm("Datapath.deactivate", domain=GUEST)     # xapi's clean-up: no error
+    vm("Datapath.detach", domain=GUEST)
+    vm("Datapath.close")
+    vm("Datapath.detach", domain=dom0)
+    destination.finalize()
+    nothing_left(sr)
+
+
 @pytest.mark.parametrize("when", ["copying", "mirroring", "vm-stops"])
 def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
         dp, plugin, sr, tmp_path, when, released):
@@ -225,7 +336,8 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
     mirrored, or the VM shut down mid-copy: Data.stat says failed, the
     guest never sees an error (tapdisk was never left paused; a dropped
     secondary is tapdisk's nbd_mirror_failed), and the job leaves no
-    snapshot behind."""
+    snapshot behind. (Once mirrored, polled before it failed: xapi's
+    mirror_wait sees failed, so nothing is raised.)"""
     destination = NbdFileDestination(tmp_path)
     src = plugin("Volume.create", sr=sr, name="disk", description="",
                  size=MIG_SIZE, sharable=False)
@@ -244,9 +356,10 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
                                               MIRROR_VM)
     op = vm("Data.mirror", domain=GUEST, remote=remote)
     if when == "mirroring":
-        stat_until(dp, op[1], lambda s: s["complete"] or s["failed"])
+        job_until(op[1], "mirroring")     # complete, xapi not told yet
         time.sleep(1)
         proxy.cut.set()
+        job_gone(op[1])                   # failed before xapi read it
     if when == "vm-stops":
         stat_until(dp, op[1], lambda s: s["progress"] > 0 or s["failed"])
         writer.stop.set()

@@ -116,6 +116,8 @@ def seen(kind, rc, out, names):
                   names.name("M", r.minor) if r.minor is not None else None,
                   r.state, r.type, r.path) for r in rows]
         return ("rows", sorted(found, key=repr))
+    if kind == "stats":
+        return ("mirror_failed", tapctl.parse_mirror_failed(out))
     return ("ok", out.strip())
 
 
@@ -157,15 +159,18 @@ def lifecycle(image):
         ("open", "ok", "open -p {P1} -m {M1} -a " + img),
         ("open-again", "ok", "open -p {P1} -m {M1} -a " + img),
         ("list-open", "list", "list"),
+        ("stats-open", "stats", "stats -p {P1} -m {M1}"),
         ("detach-while-open", "ok", "detach -p {P1} -m {M1}"),
         ("close", "ok", "close -p {P1} -m {M1} -t 120"),
         ("close-closed", "ok", "close -p {P1} -m {M1} -t 120"),
         ("list-closed", "list", "list"),
+        ("stats-closed", "stats", "stats -p {P1} -m {M1}"),
         ("open-read-only", "ok", "open -p {P1} -m {M1} -a %s -R" % img),
         ("list-read-only", "list", "list"),
         ("close-read-only", "ok", "close -p {P1} -m {M1} -t 120"),
         ("detach", "ok", "detach -p {P1} -m {M1}"),
         ("list-orphan", "list", "list"),
+        ("stats-detached", "stats", "stats -p {P1} -m {M1}"),
         ("attach-to-exited-tapdisk", "ok", "attach -p {P1} -m {M1}"),
         ("free", "ok", "free -m {M1}"),
         ("list-empty-again", "list", "list"),

@@ -365,3 +365,16 @@ def test_a_mirrored_write_waits_for_an_overlapping_catch_up_write(
     tapdisk.request(nbd.CMD_DISC, 3, 0)
     thread.join(30)
     assert not thread.is_alive() and outcome == {}
+
+
+def test_an_error_reply_fails_the_mirror(served, tmp_path):
+    """The destination fails a mirrored write: tapdisk gets the error (and
+    drops its secondary), and the relay fails the mirror too, so the job
+    cannot end "done" with the destination missing writes."""
+    tapdisk, thread, outcome, _ = relayed(served, tmp_path)
+    tapdisk.request(nbd.CMD_WRITE, 1, SIZE, b"a" * 4096)   # past the end
+    error, handle, _ = tapdisk.reply()
+    assert error != 0 and handle == 1
+    thread.join(60)
+    assert not thread.is_alive()
+    assert "failed a mirrored request" in str(outcome["error"])

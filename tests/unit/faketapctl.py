@@ -35,6 +35,8 @@ which plays the same command sequences on both in the test guest:
   tap_cli_list_dict: VBDs ("pid=%d minor=%d state=%#x args=%s:%s", no args
   before open; state 0, or 0x2 once closed), idle tapdisks ("pid=%d"),
   then orphan minors ("minor=%d").
+- ``stats -p -m`` prints the VBD's figures (tapdisk_vbd_stats, JSON);
+  ENODEV without the VBD.
 - A failure prints strerror() on stderr and exits with the errno.
 - ``kill -TERM <pid>`` (the kill program) ends a tapdisk.
 
@@ -265,6 +267,20 @@ class FakeTapCtl(object):
                                         "its bound")
         vbd["state"] = vbd.get("state", 0) | PAUSED
         return ""
+
+    def _stats(self, args):
+        """The VBD's figures as tapdisk_vbd_stats prints them (the fields
+        the datapath reads): ENODEV without the VBD."""
+        vbd = self._vbd(self._opts(args, "p:m:h"))
+        return ('{ "name": "%s", "secs": [ 0, 0 ], "images": [ ], '
+                '"FIXME_enospc_redirect_count": 0, "nbd_mirror_failed": %d, '
+                '"reqs_outstanding": 0, "read_caching": "false" }\n'
+                % (vbd["args"] or "", vbd.get("mirror_failed", 0)))
+
+    def drop_mirror(self, pid, minor):
+        """tapdisk dropped the VBD's NBD secondary (a write failed or timed
+        out): nbd_mirror_failed is 1 until the next unpause."""
+        self.tapdisks[pid][minor]["mirror_failed"] = 1
 
     def _unpause(self, args):
         """Reopen (-a: another image, the VBD's new name) and resume."""

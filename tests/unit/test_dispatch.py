@@ -99,8 +99,10 @@ def test_the_entry_points_table_names_each_methods_own_module(package):
     ("zfsng_volume", "Volume.stat", "volume", ["sr", "cbt", "compose"]),
     ("zfsng_volume", "SR.stat", "sr", ["cbt", "compose", "probe"]),
     ("zfsng_datapath", "Data.stat", "mirror", ["datapath", "mirrorin"]),
+    # the datapath checks a migration's leaf (mirrorin) and a mirror's
+    # end (mirror's job files), never loading the job or its relay
     ("zfsng_datapath", "Datapath.attach", "datapath",
-     ["mirror", "mirrorin"]),
+     ["mirrorjob", "relay"]),
 ])
 def test_a_call_loads_its_own_module_only(package, method, loaded,
                                           not_loaded):

@@ -9,15 +9,16 @@ import errno
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 import faketapctl
 from conftest import call
 from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
-from zfsng import collect, errors, lock, meta, runner, zfs
+from zfsng import collect, errors, lock, meta, names, runner, zfs
 from zfsng_datapath import mirror, mirrorjob, nbd, relay, tapctl
-from zfsng_datapath.errors import NbdError, NotAttached
+from zfsng_datapath.errors import MirrorFailed, NbdError, NotAttached
 
 REMOTE = "nbd+unix:///leaf?socket=/var/run/nbdproxy/export/MIR1a2b3c"
 
@@ -209,8 +210,12 @@ def test_rounds_stop_when_small_or_no_longer_shrinking(monkeypatch, sizes,
         sent.append(sizes[len(sent)] * MiB)
         return sent[-1]
     monkeypatch.setattr(copy, "send", send)
+    released = []
+    monkeypatch.setattr(copy, "release", lambda snap: snap and
+                        released.append(snap))
     assert copy.rounds(held=None) == snaps[-1]
     assert len(sent) == rounds
+    assert released == snaps[:-1]      # each base once the next is sent
 
 
 def test_a_dead_jobs_snapshot_is_collected_a_running_ones_kept(host, vdi):
@@ -309,3 +314,166 @@ def test_a_pause_that_never_settles_is_given_up_on_within_its_bound(
             copy.switch(held, listener)
     assert vbd["state"] & faketapctl.PAUSE_REQUESTED
     assert not [a for a in host.calls if a[:2] == ["tap-ctl", "unpause"]]
+
+
+# --- a halted VM's disk (domain -1) ------------------------------------------
+
+def test_a_halted_vms_disk_is_mirrored_without_a_tapdisk(host, vdi, spawned):
+    """xapi mirrors every read-write disk of a halted or suspended VM with
+    its domid, -1, the disk attached in dom0 and not activated: the job
+    is recorded without a tapdisk (it copies one snapshot)."""
+    sr, vol = vdi
+    dp("Datapath.attach", uri=uri_of(vol), domain="u0-mirror_vbd_x_y")
+    kind, key = dp("Data.mirror", uri=uri_of(vol), domain="-1",
+                   remote=REMOTE)
+    job = mirror.load(key)
+    assert (job["domain"], job["tapdisk"], job["minor"]) == ("-1", None,
+                                                             None)
+    assert len(spawned) == 1
+
+
+def test_a_running_vms_disk_is_no_halted_vms(host, vdi, spawned):
+    sr, vol = vdi
+    running(vol)
+    with pytest.raises(errors.InvalidArgument):
+        dp("Data.mirror", uri=uri_of(vol), domain="-1", remote=REMOTE)
+    assert not spawned
+
+
+class Upstream(Recorder):
+    """The destination's NBD client, for a job run in this process."""
+
+    def __init__(self, size):
+        Recorder.__init__(self)
+        self.size, self.flushed, self.closed = size, 0, False
+
+    def flush(self):
+        self.flushed += 1
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_halted_vms_job_sends_one_snapshot_and_is_done(host, vdi,
+                                                         spawned,
+                                                         monkeypatch):
+    """The job of a halted VM's disk: one snapshot sent whole (its data,
+    not its size), flushed, destroyed; done, complete for Data.stat."""
+    sr, vol = vdi
+    zvol = dataset_of(vol)
+    host.zfs.guest_write(zvol, 0, 8192)
+    host.zfs.guest_write(zvol, 512 << 20, 4096)
+    _, key = dp("Data.mirror", uri=uri_of(vol), domain="-1", remote=REMOTE)
+    upstream = Upstream(vol["virtual_size"])
+    monkeypatch.setattr(nbd.Client, "connect",
+                        staticmethod(lambda path, export: upstream))
+    assert mirrorjob.main(["mirrorjob", key]) == 0
+    job = mirror.load(key)
+    assert job["phase"] == "done" and len(job["rounds"]) == 1
+    assert [(at, len(d)) for at, d in upstream.written] == [
+        (0, 16384), (512 << 20, 16384)]       # whole 16K blocks
+    assert upstream.flushed and upstream.closed
+    assert not [n for n in snapshots(zvol) if meta.MIRROR_SNAPSHOT in n]
+    assert not [a for a in host.calls if a[:1] == ["tap-ctl"] and
+                a[1] in ("pause", "unpause")]
+    assert dp("Data.stat", operation=["MirrorV1", key])["complete"]
+
+
+# --- a mirror that fails after xapi was told it was complete -----------------
+
+def test_a_failure_after_complete_is_raised_once_by_data_stat(spawned):
+    """xapi polls Data.stat only until complete; it calls it once more
+    before it moves the VM's memory, ignoring ``failed``: so the failure
+    of a job that said complete is raised (the move fails, the VM still
+    running here), once; after that Data.stat answers failed."""
+    key = job_in("mirroring", None, dataset="tank/v",
+                 started=time.time())     # not yet started: alive
+    job = mirror.load(key)
+    assert dp("Data.stat", operation=["MirrorV1", key])["complete"]
+    job.update(phase="failed", error="the destination went away")
+    mirror.save(job)
+    with pytest.raises(MirrorFailed) as raised:
+        dp("Data.stat", operation=["MirrorV1", key])
+    assert "the destination went away" in str(raised.value)
+    answer = dp("Data.stat", operation=["MirrorV1", key])
+    assert answer["failed"] and not answer["complete"]
+
+
+def test_a_failure_before_complete_is_answered_not_raised(spawned):
+    """xapi's mirror_wait sees ``failed`` itself: no raise."""
+    key = job_in("failed", None, dataset="tank/v", error="refused")
+    answer = dp("Data.stat", operation=["MirrorV1", key])
+    assert answer["failed"] and not answer["complete"]
+
+
+def mirrored(host, vol, monkeypatch, phase):
+    """A job mirroring vol's disk for the guest, that Data.stat said was
+    complete; its process stood for by a live pid."""
+    monkeypatch.setattr(mirror, "END_WAIT", 0.5)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    job = {"key": names.new_uuid(), "dataset": dataset_of(vol),
+           "domain": GUEST, "tapdisk": pid, "minor": minor, "phase": phase,
+           "pid": None, "started": time.time(), "copied": 0,
+           "total": 0, "rounds": []}
+    mirror.save(job)
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["complete"]
+    return job
+
+
+@pytest.mark.parametrize("fault", ["tapdisk-dropped", "job-failed",
+                                   "job-hangs"])
+def test_deactivate_stops_a_move_whose_mirror_failed(host, vdi, spawned,
+                                                     monkeypatch, fault):
+    """xenopsd deactivates the suspended VM's disk before the destination
+    resumes it: a mirror that failed after complete fails that call (the
+    move stops; xenopsd halts the VM here, its disk intact), once; the
+    VBD is closed all the same."""
+    sr, vol = vdi
+    running(vol)
+    job = mirrored(host, vol, monkeypatch, "mirroring")
+    [(pid, minor, _, _)] = host.tap.vbds()
+    if fault == "tapdisk-dropped":
+        host.tap.drop_mirror(pid, minor)
+        job.update(phase="done", ended=1)
+    elif fault == "job-failed":
+        job.update(phase="failed", error="no reply within 60 s")
+    mirror.save(job)
+    with pytest.raises(MirrorFailed):
+        dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.vbds()[0][2] is None               # closed
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+
+
+def test_deactivate_after_a_good_mirror_lets_the_move_go_on(host, vdi,
+                                                            spawned,
+                                                            monkeypatch):
+    sr, vol = vdi
+    running(vol)
+    job = mirrored(host, vol, monkeypatch, "done")
+    job.update(ended=1)
+    mirror.save(job)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    assert host.tap.vbds()[0][2] is None
+
+
+def test_a_job_failed_before_complete_never_fails_a_deactivate(
+        host, vdi, spawned, monkeypatch):
+    """xapi knew (mirror_wait saw failed): the VM stays here and its
+    later shutdown must not fail."""
+    sr, vol = vdi
+    running(vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    job_in("failed", None, dataset=dataset_of(vol), domain=GUEST,
+           tapdisk=pid, minor=minor, error="refused")
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+
+
+def test_finished_jobs_files_go_after_a_day(host, vdi, spawned,
+                                            monkeypatch):
+    old = job_in("done", None, dataset="tank/v", ended=1)
+    mirror._mark(old, "complete")
+    sr, vol = vdi
+    running(vol)
+    _, key = dp("Data.mirror", uri=uri_of(vol), domain=GUEST, remote=REMOTE)
+    assert sorted(os.listdir(mirror.DIR)) == [key + ".json"]

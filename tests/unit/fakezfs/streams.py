@@ -163,7 +163,7 @@ class Streams(object):
         return result, value
 
     def _zfs_send(self, argv):
-        """``zfs send -L -e -c [-i <from>] <snapshot>`` (zfs_send_one): an
+        """``zfs send -L [-e -c] [-i <from>] <snapshot>`` (zfs_send_one): an
         incremental stream (a full one without -i: from txg 0) of the data object (object 1) in OpenZFS's
         record layout, little-endian. What it holds, as OpenZFS 2.1 and
         2.3 send it (traverse_visitbp, send_holes_without_birth_time=1):
@@ -182,8 +182,8 @@ class Streams(object):
             raise _Unknown()    # a send stream is never read as text
         opts, args = self._getopt(argv, 2, "Leci:")
         flags = dict(opts)
-        if sorted(flags) not in (["L", "c", "e", "i"], ["L", "c", "e"]) or \
-                len(args) != 1:
+        if sorted(flags) not in (["L", "c", "e", "i"], ["L", "c", "e"],
+                                 ["L", "i"], ["L"]) or len(args) != 1:
             raise _Unknown()
         if "i" not in flags:       # a full stream: everything born since 0
             pool, to = self._lookup(args[0])
