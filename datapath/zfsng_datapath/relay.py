@@ -173,7 +173,6 @@ class Forwarder(object):
             with self.lock:
                 self.done = True
                 self.lock.notify_all()
-            self.lock.notify_all()
 
     def _forward_requests(self):
         while self.error is None:
