@@ -241,6 +241,9 @@ def check_ended(dataset, domain, tapdisk_failed):
     move stopped. tapdisk_failed: tapdisk said it dropped the mirror
     (nbd_mirror_failed) before it closed."""
     for job in jobs_of(dataset, domain):
+        if not _marked(job["key"], "complete") or \
+                _marked(job["key"], "reported"):
+            continue      # nothing to tell xapi: never waited for
         deadline = time.monotonic() + END_WAIT
         while phase(job) not in FINISHED and time.monotonic() < deadline:
             time.sleep(END_POLL)

@@ -477,3 +477,19 @@ def test_finished_jobs_files_go_after_a_day(host, vdi, spawned,
     running(vol)
     _, key = dp("Data.mirror", uri=uri_of(vol), domain=GUEST, remote=REMOTE)
     assert sorted(os.listdir(mirror.DIR)) == [key + ".json"]
+
+
+def test_a_vm_stopped_mid_copy_is_not_held_by_its_job(host, vdi, spawned,
+                                                      monkeypatch):
+    """A job xapi was never told complete cannot stop a move: the VM's
+    deactivate does not wait for it to end."""
+    sr, vol = vdi
+    running(vol)
+    monkeypatch.setattr(mirror, "END_WAIT", 30)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    job_in("copying", None, dataset=dataset_of(vol), domain=GUEST,
+           tapdisk=pid, minor=minor, started=time.time())
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    assert waits == []
