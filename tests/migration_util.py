@@ -84,39 +84,56 @@ class Writer(threading.Thread):
     BLOCK-sized writes at random places of the first ``size`` bytes,
     random data or (one in five) zeros over data, one every ``interval``
     seconds. Keeps the count, the bytes and the slowest write (a pause
-    of the guest's disk shows there)."""
+    of the guest's disk shows there).
 
-    def __init__(self, tapdev, seed, size, interval=0.005):
+    mixed: as guests write, not as a benchmark does: each write is 512
+    bytes, 4 KiB or BLOCK (a sector, a page, a large write), aligned to
+    its size, and every FLUSH_EVERY writes the guest flushes (fdatasync:
+    the block layer's flush, which tapdisk takes as a barrier). Two mixed
+    writers on one disk overlap each other's writes, in flight at once."""
+
+    SIZES = (512, 4096, BLOCK)
+    FLUSH_EVERY = 16
+
+    def __init__(self, tapdev, seed, size, interval=0.005, mixed=False):
         threading.Thread.__init__(self, daemon=True)
         self.tapdev, self.rnd = tapdev, random.Random(seed)
-        self.size, self.interval = size, interval
+        self.size, self.interval, self.mixed = size, interval, mixed
         self.stop = threading.Event()
         self.count, self.error, self.slowest = 0, None, 0.0
+        self.bytes, self.flushes = 0, 0
 
     @property
     def written(self):
-        return self.count * BLOCK
+        return self.bytes
 
     def run(self):
         buf = mmap.mmap(-1, BLOCK)
         fd = os.open(self.tapdev, os.O_WRONLY | os.O_DIRECT)
         try:
             while not self.stop.is_set():
-                buf.seek(0)
-                buf.write(bytes(BLOCK) if self.rnd.random() < 0.2 else
-                          self.rnd.getrandbits(8 * BLOCK).to_bytes(
-                              BLOCK, "little"))
-                at = self.rnd.randrange(self.size // BLOCK) * BLOCK
-                started = time.monotonic()
-                os.pwrite(fd, buf, at)
-                self.slowest = max(self.slowest, time.monotonic() - started)
-                self.count += 1
+                self._write(fd, buf)
+                if self.mixed and self.count % self.FLUSH_EVERY == 0:
+                    os.fdatasync(fd)
+                    self.flushes += 1
                 if self.interval:
                     self.stop.wait(self.interval)
         except OSError as exc:
             self.error = exc
         finally:
             os.close(fd)
+
+    def _write(self, fd, buf):
+        size = self.rnd.choice(self.SIZES) if self.mixed else BLOCK
+        buf.seek(0)
+        buf.write(bytes(size) if self.rnd.random() < 0.2 else
+                  self.rnd.getrandbits(8 * size).to_bytes(size, "little"))
+        at = self.rnd.randrange(self.size // size) * size
+        started = time.monotonic()
+        os.pwrite(fd, memoryview(buf)[:size], at)
+        self.slowest = max(self.slowest, time.monotonic() - started)
+        self.count += 1
+        self.bytes += size
 
 
 def whole_hash(path):

@@ -250,6 +250,7 @@ def _activate(uri, domain, readonly):
                          "read-only" if readonly else "read-write")
                 tapctl.close(st["pid"], st["minor"])
             tapctl.open_image(st["pid"], st["minor"], path, readonly)
+            mirror.note_reopened(target.dataset, domain)
         return _activated(st, readonly)
 
 

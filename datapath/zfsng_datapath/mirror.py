@@ -24,9 +24,12 @@ job that failed after it said ``complete`` (xapi then fails the move, the
 VM still running here), and Datapath.deactivate (``check_ended``) waits
 for the job to end once tapdisk has closed and raises ``MirrorFailed``
 when it did not end well (xenopsd then halts the VM here, its disk
-intact, and the destination is dropped). What was told to xapi is kept in
-marker files beside the job's file (the job's process rewrites its file
-whole): ``<key>.complete``, ``<key>.reported``.
+intact, and the destination is dropped). A guest that reboots during the
+move gets a new domain, whose writes no mirror carries: its activate,
+while xapi's move still runs, marks the job (``note_reopened``), and the
+move fails the same way. What was told to xapi is kept in marker files
+beside the job's file (the job's process rewrites its file whole):
+``<key>.complete``, ``<key>.reported``, ``<key>.reopened``.
 
 Data.mirror checks and records the job, starts the mirror job
 (``mirrorjob``, a detached process with a bound on its life) and returns
@@ -59,6 +62,10 @@ START_GRACE = 60        # seconds for a started job to record its pid
 FINISHED = ("done", "failed")
 HALTED = "-1"           # xapi's domid of a halted or suspended VM
 KEEP = 24 * 3600        # seconds a finished job's files are kept
+# The dom0 domain of the attach xapi's send_start makes (domain_of of
+# "mirror_vbd/<domid>/<device>"): there while xapi's move of the disk
+# goes on, gone (DP.destroy) just before xenopsd moves the VM.
+SENDING = urimod.DOM0_PREFIX + "mirror_"
 # How long Datapath.deactivate waits for a job to end once tapdisk closed
 # its secondary: the relay's replies still due (nbd.TIMEOUT) and a flush.
 END_WAIT = nbd.TIMEOUT + 30
@@ -93,8 +100,10 @@ def _alive(job):
 
 
 def phase(job):
-    """The job's phase, "failed" if its process died before it ended."""
-    if job["phase"] not in FINISHED and not _alive(job):
+    """The job's phase, "failed" if its process died before it ended or
+    its disk was opened again by another domain during the move."""
+    if job["phase"] not in FINISHED and not _alive(job) or \
+            _reopened_by(job.get("key")) is not None:
         return "failed"
     return job["phase"]
 
@@ -130,8 +139,47 @@ def _failure_to_report(job):
     if phase(job) != "failed" or not _marked(job["key"], "complete") or \
             _marked(job["key"], "reported"):
         return None
+    reopened = _reopened_by(job["key"])
     _mark(job["key"], "reported")
+    if reopened is not None:
+        return ("the VM's disk was opened again, by domain %s (a reboot), "
+                "after the mirror of domain %s's writes ended" % (
+                    reopened, job["domain"]))
     return job.get("error") or "its process ended before the mirror did"
+
+
+def _reopened_by(key):
+    """The domain that opened the disk again during the move, or None."""
+    if not key:
+        return None
+    try:
+        with open(_marker(key, "reopened")) as f:
+            return f.read().strip() or None
+    except (IOError, OSError):
+        return None
+
+
+def note_reopened(dataset, domain):
+    """Datapath.activate's note: a guest domain opens a disk whose move
+    xapi still runs (its send_start attach is there) while the disk's
+    mirror, told complete, was another domain's: a guest that rebooted
+    during the move, whose new domain's writes no mirror carries. The
+    move must then fail (check_ended, Data.stat)."""
+    if not os.path.isdir(DIR) or not os.listdir(DIR):
+        return
+    jobs = [j for j in _jobs(lambda j: j.get("dataset") == dataset)
+            if j.get("tapdisk") is not None and j["domain"] != domain and
+            _marked(j["key"], "complete") and
+            not _marked(j["key"], "reported")]
+    if jobs and any(st.get("dataset") == dataset and
+                    st.get("domain", "").startswith(SENDING)
+                    for st in state.all_states()):
+        for job in jobs:
+            log.error("mirror %s: %s opened again by domain %s during its "
+                      "move: the move will fail", job["key"], dataset,
+                      domain)
+            with open(_marker(job["key"], "reopened"), "w") as f:
+                f.write(domain)
 
 
 def _failed(job, why):
@@ -197,7 +245,8 @@ def _sweep():
                 now - job.get("ended", now) < KEEP:
             continue
         for leftover in (path(key), _marker(key, "complete"),
-                         _marker(key, "reported")):
+                         _marker(key, "reported"),
+                         _marker(key, "reopened")):
             try:
                 os.unlink(leftover)
             except OSError:
@@ -220,18 +269,24 @@ def stat(dbg, operation):
     return answer
 
 
-def jobs_of(dataset, domain):
-    """The jobs mirroring the disk dataset of domain (a running VM's)."""
+def _jobs(wanted):
+    """The jobs whose state wanted(job) accepts."""
     found = []
     for name in os.listdir(DIR) if os.path.isdir(DIR) else []:
         key, _, ext = name.partition(".")
         if ext != "json" or not names.is_uuid(key):
             continue
         job = load(key)
-        if job and job.get("dataset") == dataset and \
-                job.get("domain") == domain:
+        if job and wanted(job):
             found.append(job)
     return found
+
+
+def jobs_of(dataset, domain):
+    """The jobs mirroring the disk dataset of domain (a running VM's),
+    and those whose disk domain opened again during the move."""
+    return _jobs(lambda j: j.get("dataset") == dataset and (
+        j.get("domain") == domain or _reopened_by(j["key"]) == domain))
 
 
 def check_ended(dataset, domain, tapdisk_failed):
@@ -244,6 +299,8 @@ def check_ended(dataset, domain, tapdisk_failed):
         if not _marked(job["key"], "complete") or \
                 _marked(job["key"], "reported"):
             continue      # nothing to tell xapi: never waited for
+        if _reopened_by(job["key"]) == domain:
+            raise _failed(job, _failure_to_report(job))
         deadline = time.monotonic() + END_WAIT
         while phase(job) not in FINISHED and time.monotonic() < deadline:
             time.sleep(END_POLL)

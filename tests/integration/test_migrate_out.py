@@ -1,6 +1,7 @@
 """Storage migration out of zfs-ng, live: Data.mirror and Data.stat with
 the real tapdisk (pause, unpause with an NBD secondary) and real ZFS, while
-a writer keeps writing through the guest's tapdev.
+writers keep writing through the guest's tapdev as guests do (sectors,
+pages, large writes, zeros over data, flushes, two at once overlapping).
 
 xapi's order (xen-api v26.1.4): the destination, here a second zfs-ng SR,
 runs receive_start3 (Volume.create of the leaf, Datapath.attach for the
@@ -24,14 +25,16 @@ import pytest
 
 from conftest import sh
 from plugin_client import PluginError
-from datapath_util import GUEST, STATE_DIR, dataset
+from datapath_util import GUEST, STATE_DIR, dataset, write_direct
 from migration_util import BLOCK, Proxy, Writer, whole_hash
 from test_migrate_into import MIRROR_VM, nbd_of
 from test_tapdisk import Xapi, nothing_left
 from xapi_flows import domain_of
 
 PROXY_DIR = "/var/run/nbdproxy/export"
-SOURCE_DP = "4b1c7d2e-3f5a-4e6b-9c8d-7a6b5c4d3e2f"
+# send_start's dom0 attach: xapi's dp "mirror_" ^ the VBD's dp
+# (xapi_vm_migrate.ml), here the running guest's first disk
+SOURCE_DP = "mirror_vbd/%s/xvda" % GUEST
 MIG_SIZE = 32 << 20      # each round is a copy of it under emulation
 WRITE_EVERY = 0.2        # s: a busy guest the emulated link outpaces, so
                          # rounds shrink (a flood makes each snapshot wait
@@ -149,9 +152,13 @@ def migrate_live(dp, plugin, sr, destination, released):
         for at in range(0, MIG_SIZE // 2, 4 * BLOCK):
             f.seek(at)
             f.write(os.urandom(BLOCK))
-    writer = Writer(tapdev, 1, MIG_SIZE, WRITE_EVERY)
-    writer.start()
-    released.append(writer)
+    # two guest threads: sectors, pages and large writes, zeros over
+    # data, flushes, each overlapping the other's writes
+    writers = [Writer(tapdev, seed, MIG_SIZE, WRITE_EVERY, mixed=True)
+               for seed in (1, 2)]
+    for writer in writers:
+        writer.start()
+        released.append(writer)
     # the source: send_start
     dom0 = domain_of(SOURCE_DP, "0")
     vm("Datapath.attach", domain=dom0)
@@ -167,9 +174,11 @@ def migrate_live(dp, plugin, sr, destination, released):
                sr).split()        # mirroring holds no snapshot
     assert not [n for n in names if "@zfsng-sxm-" in n]
     time.sleep(2)                     # the guest writes on, mirrored
-    writer.stop.set()
-    writer.join(60)
-    assert writer.error is None and writer.count > 0
+    for writer in writers:
+        writer.stop.set()
+        writer.join(60)
+        assert writer.error is None and writer.count > 0
+        assert writer.flushes > 0
     # the VM moves: its VBD goes on the source, then the dom0 attach
     vm("Datapath.deactivate", domain=GUEST)
     vm("Datapath.detach", domain=GUEST)
@@ -324,6 +333,42 @@ def test_a_mirror_lost_after_complete_stops_the_move(
     vm("Datapath.deactivate", domain=GUEST)     # xapi's clean-up: no error
     vm("Datapath.detach", domain=GUEST)
     vm("Datapath.close")
+    vm("Datapath.detach", domain=dom0)
+    destination.finalize()
+    nothing_left(sr)
+
+
+def test_a_guest_rebooted_during_its_move_fails_the_move(
+        dp, plugin, sr, tmp_path, released):
+    """The guest reboots once its mirror was told complete: xenopsd closes
+    the old domain's VBD (the mirror ends), then opens the disk for a new
+    domain, whose writes no mirror carries. The deactivate xenopsd then
+    makes in VM_save raises MirrorFailed: the move stops, and the disk
+    here holds the new domain's writes."""
+    destination = NbdFileDestination(tmp_path)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    dom0 = domain_of(SOURCE_DP, "0")
+    vm("Datapath.attach", domain=dom0)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    wait_complete(dp, op[1])
+    vm.stop(domain=GUEST)               # the reboot: epoch_end, ...
+    assert job_gone(op[1])["phase"] == "done"
+    rebooted = str(int(GUEST) + 1)
+    tapdev, _ = vm.start(domain=rebooted)       # ... a new domain
+    data = os.urandom(BLOCK)
+    write_direct(tapdev, [(0, data)])
+    with pytest.raises(PluginError) as err:     # VM_save
+        vm("Datapath.deactivate", domain=rebooted)
+    assert err.value.name == "MirrorFailed", err.value.params
+    with open("/dev/zvol/" + dataset(src), "rb") as f:
+        assert f.read(BLOCK) == data
+    vm.stop(domain=rebooted)                    # xapi's clean-up
     vm("Datapath.detach", domain=dom0)
     destination.finalize()
     nothing_left(sr)

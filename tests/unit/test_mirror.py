@@ -493,3 +493,49 @@ def test_a_vm_stopped_mid_copy_is_not_held_by_its_job(host, vdi, spawned,
     monkeypatch.setattr(time, "sleep", waits.append)
     dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
     assert waits == []
+
+
+@pytest.mark.parametrize("told_by", ["data-stat", "deactivate"])
+def test_a_guest_rebooted_during_its_move_fails_the_move(
+        host, vdi, spawned, monkeypatch, told_by):
+    """A reboot during the move: the old domain's VBD closes (its mirror
+    ends "done"), a new domain opens the disk, and its writes reach no
+    mirror. While xapi's move runs (its send_start attach is there), that
+    activate marks the job: xapi's last Data.stat, or the new domain's
+    deactivate in VM_save, fails the move, once."""
+    sr, vol = vdi
+    sending = "u0_mirror_vbd_7_xvda"
+    dp("Datapath.attach", uri=uri_of(vol), domain=sending)
+    running(vol)
+    job = mirrored(host, vol, monkeypatch, "mirroring")
+    job.update(phase="done", ended=time.time())   # reboot: as the VBD
+    mirror.save(job)                              # closes, the job ends
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.attach", uri=uri_of(vol), domain="8")
+    dp("Datapath.activate", uri=uri_of(vol), domain="8")
+    if told_by == "data-stat":
+        with pytest.raises(MirrorFailed) as raised:
+            dp("Data.stat", operation=["MirrorV1", job["key"]])
+        dp("Datapath.deactivate", uri=uri_of(vol), domain="8")
+    else:
+        with pytest.raises(MirrorFailed) as raised:
+            dp("Datapath.deactivate", uri=uri_of(vol), domain="8")
+    assert "domain 8" in str(raised.value)
+    answer = dp("Data.stat", operation=["MirrorV1", job["key"]])
+    assert answer["failed"] and not answer["complete"]
+
+
+def test_a_reboot_after_the_move_ended_is_no_failure(host, vdi, spawned,
+                                                     monkeypatch):
+    """Once xapi's send_start attach is gone (the move over, or given
+    up), a new domain on the disk is an ordinary VM start."""
+    sr, vol = vdi
+    running(vol)
+    job = mirrored(host, vol, monkeypatch, "done")
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+    dp("Datapath.attach", uri=uri_of(vol), domain="8")
+    dp("Datapath.activate", uri=uri_of(vol), domain="8")
+    dp("Datapath.deactivate", uri=uri_of(vol), domain="8")
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["complete"]
