@@ -14,6 +14,9 @@ checked: the destination's bytes equal the source's once the VM has
   the same DATA bytes (half at the start, half in the middle), no
   writer: the time from Data.mirror to complete, the bytes sent, the
   pause. Target: a 16 TiB disk copies its data, not its size.
+* **A halted VM's disk.** The same sparse disks, no guest: xapi mirrors
+  them with the domid -1 (one snapshot copied, no tapdisk). Target: sent
+  equals allocated.
 * **A full disk, against a plain copy.** FULL bytes written whole, no
   writer: the migration against a plain full copy of the same disk to a
   fresh destination through the same kind of proxy (every block read from
@@ -45,6 +48,7 @@ SIZES = [256 * MiB, 64 * GiB, 16 * TiB]
 RATES = [("idle", None), ("64K/50ms", 0.05), ("64K/5ms", 0.005),
          ("flat out", 0.0)]
 GUEST = "5"                       # a guest's domid, as xapi sends it
+HALTED = "-1"                     # a halted or suspended VM's
 DOM0 = "u0-" + "0b1c2d3e_4f5a_4b6c_8d7e_9f0a1b2c3d4e"   # main.ml domain_of
 MIRROR_VM = "MIR0b0e0c"
 PROXY_DIR = "/var/run/nbdproxy/export"
@@ -90,9 +94,10 @@ class Migration(object):
         self.opened = True
         return self.activated(self.src, GUEST, "XenDisk")["params"]
 
-    def mirror(self, writer=None):
+    def mirror(self, writer=None, domain=GUEST):
         """send_start to mirror_wait, then the VM's move; returns the
-        job's record and the seconds to complete."""
+        job's record and the seconds to complete. domain HALTED: a halted
+        VM's disk, never attached for a guest."""
         sock, export = self.receive()
         self.call("Datapath.attach", self.src, DOM0, "Datapath.detach")
         proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), sock)
@@ -100,7 +105,7 @@ class Migration(object):
                                                   MIRROR_VM)
         started = time.monotonic()
         kind, key = self.dp("Data.mirror", uri=self.src["uri"][0],
-                            domain=GUEST, remote=remote)
+                            domain=domain, remote=remote)
         while True:
             got = self.dp("Data.stat", operation=[kind, key])
             if got["failed"]:
@@ -114,10 +119,10 @@ class Migration(object):
             time.sleep(1)
             writer.stop.set()
             writer.join(60)
-        for method, domain in (("Datapath.deactivate", GUEST),  # the VM
-                               ("Datapath.detach", GUEST),      # moves
-                               ("Datapath.detach", DOM0)):
-            self.undo_one(method, self.src, domain)
+        moves = (("Datapath.deactivate", GUEST),             # the VM
+                 ("Datapath.detach", GUEST)) if domain == GUEST else ()
+        for method, vm in moves + (("Datapath.detach", DOM0),):  # moves
+            self.undo_one(method, self.src, vm)
         proxy.join(60)
         job = _wait_job(key)
         job["written_during_copy"] = written
@@ -216,6 +221,26 @@ def by_size(ctx, dp, dest_sr, sizes):
     return rows
 
 
+def halted(ctx, dp, dest_sr, sizes):
+    """by_size's disks, of a halted VM: no guest, domid -1."""
+    rows = []
+    for size in sizes:
+        mig = Migration(ctx, dp, dest_sr, size)
+        try:
+            ranges = [(0, DATA // 2), (size // 2, DATA // 2)]
+            _fill(ctx.zvol_device(mig.src), ranges, size % 991)
+            job, seconds = mig.mirror(domain=HALTED)
+            if not mig.same(ranges):
+                raise RuntimeError("halted: destination differs at %d"
+                                   % size)
+            rows.append(dict(_figures(job, seconds), size=size))
+            common.log("migrate halted %d bytes: %.1f s, sent %d", size,
+                       seconds, job["copied"])
+        finally:
+            mig.destroy()
+    return rows
+
+
 def plain_copy(ctx, dp, dest_sr, size):
     """A generic full copy of a full disk over the same kind of link:
     every block read from the device, written over NBD."""
@@ -278,5 +303,6 @@ def run(ctx):
     rates = RATES[:2] if ctx.quick else RATES
     return {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
             "by_size": by_size(ctx, dp, dest_sr, sizes),
+            "halted": halted(ctx, dp, dest_sr, sizes),
             "plain_copy": plain_copy(ctx, dp, dest_sr, full),
             "full": with_writer(ctx, dp, dest_sr, full, rates)}

@@ -441,6 +441,18 @@ def migrate(d, out):
     md.append(table(["disk", "to complete s", "against the smallest",
                      "sent MiB", "allocated MiB", "sent / allocated",
                      "pause s"], rows))
+    if d.get("halted"):
+        md.append("\n### A halted VM's disks (%s MiB of data)\n"
+                  % _mib(d["data_bytes"]))
+        md.append("xapi mirrors a halted or suspended VM's disks too, "
+                  "with the domid -1: one snapshot copied, no tapdisk. "
+                  "Target: sent equals allocated.\n")
+        rows = [[_size(r["size"]), "%.1f" % r["seconds"],
+                 _mib(r["sent_bytes"]), _mib(r["allocated_bytes"]),
+                 "%.3fx" % (r["sent_bytes"] / max(r["allocated_bytes"], 1))]
+                for r in d["halted"]]
+        md.append(table(["disk", "to complete s", "sent MiB",
+                         "allocated MiB", "sent / allocated"], rows))
     plain = d["plain_copy"]
     md.append("\n### A full %s MiB disk, with a guest writing\n"
               % _mib(d["full_bytes"]))
