@@ -51,12 +51,12 @@ class CrashAfter(object):
 
 
 class CrashAfterCommand(CrashAfter):
-    """Kill the "process" right after its first argv that starts with
-    prefix."""
+    """Kill the "process" right after its nth (first by default) argv that
+    starts with prefix."""
 
-    def __init__(self, host, prefix):
+    def __init__(self, host, prefix, nth=1):
         CrashAfter.__init__(self, host, None)
-        self.prefix = list(prefix)
+        self.prefix, self.nth = list(prefix), nth
 
     def __call__(self, argv, stdin_text=None, **bound):
         if self.dead:
@@ -67,6 +67,8 @@ class CrashAfterCommand(CrashAfter):
 
     def _after(self, argv):
         if argv[:len(self.prefix)] == self.prefix:
+            self.nth -= 1
+        if argv[:len(self.prefix)] == self.prefix and self.nth == 0:
             self.dead = True
             raise Killed("killed after %r" % (argv,))
 

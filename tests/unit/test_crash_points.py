@@ -431,14 +431,17 @@ def test_sr_destroy_retry_after_the_pool_is_gone_answers_attach():
                 call(method, sr=left, **args)
         call("SR.destroy", sr=left)
         assert all(_blank(host, d) for d in DISKS)
-        with pytest.raises(errors.PoolNotFound):
-            call("SR.attach", configuration=config)
+        # and again, the answer lost: done already
+        done = call("SR.attach", configuration=config)
+        assert done == "tank#destroyed-" + SR_UUID
+        assert call("SR.destroy", sr=done) is None
 
 
 def test_a_plan_for_a_pool_that_was_not_destroyed_touches_nothing():
     """Killed before zpool destroy, then the pool exported (xapi's
     SR.detach): an SR.destroy of the name finds the plan but the pool is
-    still importable: nothing is wiped; the next attach forgets the plan."""
+    still importable: nothing is wiped; the next attach forgets the plan
+    (and the record of the destroy: the SR is there)."""
     host = fakezfs.FakeZfs.with_disks()
     with installed(host):
         sr, config = create_sr(DESTROY_LAYOUT)
@@ -452,6 +455,7 @@ def test_a_plan_for_a_pool_that_was_not_destroyed_touches_nothing():
         assert host.mutations(since=mark) == []
         assert call("SR.attach", configuration=config) == sr
         assert cleanup.load(config["pool-guid"]) is None
+        assert cleanup.destroy_record(SR_UUID) is None
         assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
 
 

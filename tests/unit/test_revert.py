@@ -13,7 +13,8 @@ from zfsng import errors, meta, zvoldev
 
 import fakezfs
 from conftest import call, create_sr
-from crashpoint import CrashAfter, CutInside, Killed, commands_run, installed
+from crashpoint import CrashAfter, CrashAfterCommand, CutInside, Killed, \
+    commands_run, installed
 from test_vdi_semantics import (
     assert_only_the_sr_is_left, clone, datasets, destroy_everything, garbage,
     listed, snapshot_name, vdi_create, vdi_snapshot, zvol)
@@ -221,6 +222,114 @@ def test_a_failed_step_leaves_the_disk_as_it_was(fake, sr, step, error):
     fake.injected = []
     assert _state(fake, sr) == state
     assert not fake.get(zvol(sr, vdi), meta.REVERTING)
+
+
+# --- what fails once the disk is reverted --------------------------------
+
+def _marked(fake):
+    return [n for n in datasets(fake) if "@" not in n and
+            fake.get(n, meta.REVERTING)]
+
+
+def test_a_failed_promote_answers_success_and_the_next_revert_ends_it(
+        fake, sr):
+    """The clone is in place under the disk's name: the disk is reverted,
+    and a failed ``zfs promote`` must not fail the call (xapi would stop
+    reverting the VM's other disks). The call's own collect tries it again
+    (failing too here); the revert of the next disk, which xapi makes at
+    once, finishes it: the snapshots are the disk's again."""
+    vdi, (s1, s2, _), _ = history(fake, sr)
+    other = vdi_create(sr)["key"]
+    theirs = vdi_snapshot(sr, other)["key"]
+    want = data(fake, snapshot_name(fake, sr, s2))
+    fake.inject("zfs promote", "cannot promote 'tank/x': out of space",
+                times=2)
+    assert revert(sr, s2, vdi) is None
+    assert data(fake, zvol(sr, vdi)) == want
+    assert listed(sr)[vdi]["virtual_size"] == listed(sr)[s2]["virtual_size"]
+    assert _marked(fake)                         # left for the collector
+    assert revert(sr, theirs, other) is None     # xapi's next disk
+    assert _marked(fake) == []
+    assert snapshot_name(fake, sr, s2) == zvol(sr, vdi) + "@" + s2
+    assert snapshot_name(fake, sr, s1) == zvol(sr, vdi) + "@" + s1
+    assert data(fake, zvol(sr, vdi)) == want
+    assert garbage(fake, sr) == []
+    destroy_everything(sr)
+    assert_only_the_sr_is_left(fake, sr)
+
+
+def test_a_failed_collect_after_the_revert_answers_success(fake):
+    """The collector's failure (here freeing the zvol set aside; any
+    garbage's would do) after the disk is reverted is logged; the next
+    collect (an SR.attach here) frees what is left."""
+    fake.user_value_cap = None
+    sr, config = create_sr()
+    vdi, (_, _, s3), copy = history(fake, sr)
+    call("Volume.destroy", sr=sr, key=copy)
+    want = data(fake, snapshot_name(fake, sr, s3))
+    fake.inject("zfs destroy", "cannot destroy 'tank/x': Input/output "
+                "error", times=-1)
+    assert revert(sr, s3, vdi) is None
+    fake.injected = []
+    assert data(fake, zvol(sr, vdi)) == want
+    assert garbage(fake, sr)                     # the zvol set aside
+    assert _marked(fake) == []
+    sr = _reattached(sr, config)
+    assert garbage(fake, sr) == []
+    assert data(fake, zvol(sr, vdi)) == want
+
+
+def _thick(fake):
+    """A thick SR with a disk and its snapshot: (sr, config, vdi, snap,
+    the disk's reservation)."""
+    fake.user_value_cap = None
+    sr, config = create_sr({"device": "/dev/sdb", "provisioning": "thick"})
+    vdi = vdi_create(sr)["key"]
+    snap = vdi_snapshot(sr, vdi)["key"]
+    reserved = fake.get(zvol(sr, vdi), "refreservation")
+    assert reserved not in (None, "none", "0")
+    return sr, config, vdi, snap, reserved
+
+
+def _reattached(sr, config):
+    call("SR.detach", sr=sr)
+    return call("SR.attach", configuration=config)
+
+
+def test_an_undo_killed_before_the_reservation_is_back_restores_it(fake):
+    """The clone does not fit: the undo renames the disk back, and is
+    killed before it sets its reservation again. The next collect sets it
+    (the disk would otherwise stay thin for good)."""
+    sr, config, vdi, snap, reserved = _thick(fake)
+    fake.inject("zfs clone", "cannot create 'tank/x': out of space")
+    with installed(CrashAfterCommand(fake, ["zfs", "rename"], nth=2)):
+        with pytest.raises(Killed):
+            revert(sr, snap, vdi)
+    assert fake.get(zvol(sr, vdi), "refreservation") in ("none", "0")
+    assert vdi in listed(sr)
+    sr = _reattached(sr, config)
+    assert fake.get(zvol(sr, vdi), "refreservation") == reserved
+    assert _marked(fake) == []
+    destroy_everything(sr)
+    assert_only_the_sr_is_left(fake, sr)
+
+
+def test_an_undo_without_room_for_the_reservation_ends_at_the_next_call(
+        fake):
+    """Setting the reservation again fails for lack of space: the revert
+    fails (OutOfSpace), the mark is kept, and the next call, with room
+    again, sets it."""
+    sr, config, vdi, snap, reserved = _thick(fake)
+    fake.inject("zfs clone", "cannot create 'tank/x': out of space")
+    fake.inject("zfs set refreservation=auto",
+                "cannot set property for 'tank/x': out of space")
+    with pytest.raises(errors.OutOfSpace):
+        revert(sr, snap, vdi)
+    assert fake.get(zvol(sr, vdi), meta.REVERTING)
+    assert vdi in listed(sr)
+    sr = _reattached(sr, config)
+    assert fake.get(zvol(sr, vdi), "refreservation") == reserved
+    assert _marked(fake) == []
 
 
 def test_a_pending_reset_is_refused(fake, sr):

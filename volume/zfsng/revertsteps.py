@@ -26,8 +26,11 @@ command, no data copied whatever the disk's size:
 
 A crash before <vol> is back with the VDI's properties (after 1, 2, or
 inside 3: a clone without them, ``meta.is_unmarked_clone``) is undone:
-the mark goes, A gets its name back. From 3 on it is finished forward.
-Callers hold the SR lock.
+A gets its name back and, on a thick SR, its reservation (dropped before
+3), and only then does the mark go. From 3 on the VDI is reverted: the
+rest is finished forward, by the revert itself or, when one of 4 to 6
+fails or a crash cuts them, by ``finish`` (the collector's, at the next
+Volume.revert, Volume.destroy or SR.attach). Callers hold the SR lock.
 """
 
 from zfsng import errors, log, meta, names, zfs
@@ -63,7 +66,22 @@ def revert(vol_row, snap, thick):
         log.error("revert %s: the clone failed, putting the disk back", vol)
         _undo(aside, vol, thick)
         raise
-    _forward(aside, vol)
+    _forward_or_leave(aside, vol)
+
+
+def _forward_or_leave(aside, vol):
+    """Steps 4 to 6 once the clone is in place. The VDI is reverted then
+    (its name, identity and content are the snapshot's), so a failure here
+    is logged, not raised: xapi would take the revert for failed and stop
+    reverting the VM's other disks. The mark stays on aside, and
+    ``finish`` does what is left at the next collect."""
+    try:
+        _forward(aside, vol)
+    except errors.StorageError as exc:
+        log.warning("revert %s: done, but setting %s aside is not finished "
+                    "(%s); the next Volume.revert, Volume.destroy or "
+                    "SR.attach on this SR finishes it", vol, aside,
+                    exc.message)
 
 
 def finish(row, present, thick):
@@ -73,8 +91,9 @@ def finish(row, present, thick):
     key, snap = meta.reverting(row)
     vol = meta.vdi_dataset(row["name"].rsplit("/", 1)[0], key)
     named = present.get(vol)
-    if row["name"] == vol:                    # after 1
+    if row["name"] == vol:                    # after 1, or inside _undo
         log.warning("revert %s: cut before it began, undone", vol)
+        _restore_reservation(row, thick)
         zfs.inherit(vol, meta.REVERTING)
     elif named is None:                       # after 2
         if row.get(meta.VDI_UUID) == key:
@@ -116,10 +135,25 @@ def repair(sr, key, thick):
 
 
 def _undo(aside, vol, thick):
+    """The zvol set aside back under its name, its reservation back, then
+    the mark gone: a crash or a failure before the last step leaves the
+    mark, and ``finish`` restores the reservation."""
     zfs.rename(aside, vol)
     if thick:
         zfs.set_props(vol, {"refreservation": "auto"})
     zfs.inherit(vol, meta.REVERTING)
+
+
+def _restore_reservation(row, thick):
+    """A thick SR's VDI whose revert was undone after its reservation was
+    dropped (step 3's room) and before it was set again: set again, or the
+    disk would stay thin for good. One the admin changed by hand (not
+    none) is left as it is. OutOfSpace is raised, the mark kept: the next
+    call tries again."""
+    if thick and row.get("refreservation") in (None, "0", "none"):
+        log.warning("revert %s: undone; its reservation is set again",
+                    row["name"])
+        zfs.set_props(row["name"], {"refreservation": "auto"})
 
 
 def _forward(aside, vol, row=None, named=None):

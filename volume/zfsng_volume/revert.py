@@ -14,10 +14,15 @@ Instant whatever the disk's size, and kept: the VDI's uuid, name,
 description, keys and CBT state, every other snapshot (newer ones too)
 and every clone. The steps and their crash repair are
 ``zfsng/revertsteps.py``'s. The disk's size becomes the snapshot's.
+
+Once the clone is in place the VDI is reverted, and the call answers
+success whatever fails after it (steps 4 to 6, the collector): xapi takes
+a failed revert for a reason to stop reverting the VM's other disks. What
+is left is finished by the next collect (revertsteps.finish, collect).
 """
 
-from zfsng import collect, errors, inventory, meta, revertsteps, wire, \
-    zvoldev
+from zfsng import collect, errors, inventory, log, meta, revertsteps, \
+    wire, zvoldev
 from zfsng_volume import volume as vol
 
 
@@ -38,8 +43,20 @@ def revert(dbg, sr, snapshot, key):
                     str(p) for p in users)))
         revertsteps.revert(row, meta.object_uuid(snap["name"]),
                            sr_row.get(meta.SR_PROVISIONING) == "thick")
-        collect.collect(sr)   # the zvol set aside, if nothing needs it
+        _collect_after(sr, key)
     return None
+
+
+def _collect_after(sr, key):
+    """Free the zvol set aside if nothing needs it. The VDI is reverted
+    already: a failure (of any garbage's, not only this revert's) is
+    logged, and the next collect frees what is left."""
+    try:
+        collect.collect(sr)
+    except errors.StorageError as exc:
+        log.warning("Volume.revert %s: reverted, but freeing what it set "
+                    "aside failed (%s); the next collect on %s frees it",
+                    key, exc.message, sr)
 
 
 def _pair(sr, rows, snapshot, key):
