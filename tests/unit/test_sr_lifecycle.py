@@ -11,10 +11,12 @@ import threading
 
 import pytest
 
-from zfsng import errors, meta, wire
+from zfsng import errors, meta, wire, zfs
+from zfsng_volume import cleanup
 
 from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume, \
     handlers
+from crashpoint import Killed
 
 
 def adopted(fake, uuid=SR_UUID, config=None):
@@ -90,9 +92,9 @@ def test_detach_of_an_adopted_sr_never_exports(fake):
 def test_attach_of_an_adopted_sr_never_imports(fake):
     sr, stored = adopted(fake)
     fake.admin("zpool export data")
-    with pytest.raises(errors.PoolNotFound) as info:
+    with pytest.raises(errors.SrNotFound) as info:
         call("SR.attach", configuration=stored)
-    assert "data" in info.value.message
+    assert "import it" in info.value.message
     assert not fake.ran("zpool", "import")
 
 
@@ -123,16 +125,18 @@ def test_attach_without_guid_or_source(fake):
 
 def test_attach_an_unknown_sr_uuid(fake):
     sr, stored = create_sr()
-    with pytest.raises(errors.SR_does_not_exist):
+    with pytest.raises(errors.SrNotFound) as info:
         call("SR.attach", configuration=dict(stored, sr_uuid=SR_UUID2))
+    assert "xe sr-forget uuid=" + SR_UUID2 in info.value.message
 
 
 def test_attach_a_pool_that_is_gone(fake):
     sr, stored = create_sr()
     fake.admin("zpool destroy tank")
-    with pytest.raises(errors.PoolNotFound) as info:
+    with pytest.raises(errors.SrNotFound) as info:
         call("SR.attach", configuration=stored)
     assert stored["pool-guid"] in info.value.message
+    assert info.value.message.endswith("xe sr-forget uuid=" + SR_UUID)
     assert fake.imported() == []
 
 
@@ -240,6 +244,105 @@ def test_destroy_adopted_sr_touches_only_its_dataset(fake):
     assert not fake.exists(sr)
     assert fake.imported() == ["data"]
     assert fake.exists("data/backups") and fake.exists("data/adminvol")
+
+
+# --- a destroy whose answer was lost ---------------------------------------
+
+def _sr_of(fake, kind):
+    """(sr, config) of an SR on its own pool, or on the admin's pool."""
+    return create_sr() if kind == "pool" else adopted(fake)
+
+
+@pytest.mark.parametrize("kind", ["pool", "adopted"])
+def test_the_retry_of_a_destroy_whose_answer_was_lost_succeeds(fake, kind):
+    """SR.destroy did all its work, but xapi never got its answer: it
+    detaches the SR (as after any failed destroy), and the admin's retry
+    (SR.attach, the daemon's SR.stat of its answer, SR.destroy) succeeds,
+    so xapi forgets the SR. The retry changes nothing."""
+    sr, config = _sr_of(fake, kind)
+    call("SR.destroy", sr=sr)                       # the answer lost
+    call("SR.detach", sr=sr)
+    mark = len(fake.calls)
+    left = call("SR.attach", configuration=config)
+    assert left == sr + "#destroyed-" + SR_UUID
+    record = call("SR.stat", sr=left)
+    assert record["health"][0] == "Unavailable"
+    assert "sr-destroy" in record["health"][1]
+    with pytest.raises(errors.Sr_not_attached):
+        call("SR.ls", sr=left)
+    assert call("SR.destroy", sr=left) is None
+    assert call("SR.detach", sr=left) is None
+    assert [m for m in fake.mutations(since=mark)     # but a failed import
+            if m[:2] != ["zpool", "import"]] == []
+    with pytest.raises(errors.Sr_not_attached):     # no record, no SR
+        call("SR.stat", sr=sr + "#destroyed-" + SR_UUID2)
+
+
+def _gone_by_hand(fake, kind, sr):
+    fake.admin("zpool destroy tank" if kind == "pool" else
+               "zfs destroy -r " + sr)
+
+
+@pytest.mark.parametrize("kind", ["pool", "adopted"])
+def test_a_missing_sr_no_destroy_of_which_is_recorded_says_what_to_do(
+        fake, kind):
+    """Its pool or dataset destroyed by hand: zfs-ng cannot tell that from
+    storage lost; the error says how to check, and to forget the SR."""
+    sr, config = _sr_of(fake, kind)
+    _gone_by_hand(fake, kind, sr)
+    with pytest.raises(errors.SrNotFound) as info:
+        call("SR.attach", configuration=config)
+    assert info.value.message.endswith("xe sr-forget uuid=" + SR_UUID)
+    assert "really gone" in info.value.message
+
+
+@pytest.mark.parametrize("kind", ["pool", "adopted"])
+def test_a_failed_destroy_leaves_no_record_that_it_was_done(fake, kind):
+    """A destroy refused by ZFS leaves the SR as it was: its storage lost
+    later is not taken for destroyed."""
+    sr, config = _sr_of(fake, kind)
+    fake.inject("zpool destroy" if kind == "pool" else "zfs destroy",
+                "cannot destroy '%s': Input/output error" % sr)
+    with pytest.raises(errors.ZfsError):
+        call("SR.destroy", sr=sr)
+    assert call("SR.stat", sr=sr)["uuid"] == SR_UUID
+    _gone_by_hand(fake, kind, sr)
+    with pytest.raises(errors.SrNotFound):
+        call("SR.attach", configuration=config)
+
+
+def test_a_destroy_killed_before_it_destroyed_anything_is_forgotten(
+        fake, monkeypatch):
+    """Killed before ``zfs destroy -r`` did anything, its record saved:
+    the next attach finds the SR, and the record goes with it (the
+    dataset lost later is not taken for destroyed)."""
+    sr, config = adopted(fake)
+
+    def killed(*args, **kwargs):
+        raise Killed("killed inside zfs destroy")
+    with monkeypatch.context() as patch:
+        patch.setattr(zfs, "destroy", killed)
+        with pytest.raises(Killed):
+            call("SR.destroy", sr=sr)
+    assert cleanup.destroy_record(SR_UUID)
+    assert call("SR.attach", configuration=config) == sr
+    assert cleanup.destroy_record(SR_UUID) is None
+    _gone_by_hand(fake, "adopted", sr)
+    with pytest.raises(errors.SrNotFound):
+        call("SR.attach", configuration=config)
+
+
+def test_a_recorded_destroy_of_a_dataset_needs_its_pool_to_prove_it(fake):
+    """The adopted SR's dataset destroyed, then the admin's pool exported:
+    the dataset's absence cannot be seen, so it is not taken for proved."""
+    sr, config = adopted(fake)
+    call("SR.destroy", sr=sr)
+    fake.admin("zpool export data")
+    with pytest.raises(errors.SrNotFound):
+        call("SR.attach", configuration=config)
+    fake.admin("zpool import data")
+    assert call("SR.attach", configuration=config) == \
+        sr + "#destroyed-" + SR_UUID
 
 
 @pytest.mark.parametrize("method", ["SR.destroy", "SR.detach"])

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import SR_UUID, call, create_sr
-from zfsng import lock, runfiles, runner
+from zfsng import errors, lock, runfiles, runner
 from zfsng_volume import poolstats, rrdfile, srmetrics
 
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(
@@ -184,6 +184,34 @@ def test_detach_and_destroy_leave_no_file_and_no_datasource(fake, writers):
     assert os.listdir(srmetrics.DIR) == []
 
 
+@pytest.mark.parametrize("how", ["zpool destroy tank", "zpool export tank"])
+def test_detach_of_an_sr_whose_pool_is_gone_stops_its_statistics(
+        fake, writers, how):
+    """The pool destroyed or exported by hand: SR.detach has nothing to
+    export, but still drops the record and deletes the file (xcp-rrdd
+    then deregisters it)."""
+    sr, _ = create_sr()
+    fake.admin(how)
+    assert call("SR.detach", sr=sr) is None
+    assert not os.path.exists(srmetrics.path(SR_UUID))
+    assert not os.path.exists(srmetrics._record(SR_UUID))
+
+
+def test_a_failed_export_keeps_the_statistics_of_the_sr_left_attached(
+        fake, writers):
+    """The writer is stopped before zpool export (its commands could make
+    the pool busy): an export that fails starts it again."""
+    sr, _ = create_sr()
+    fake.inject("zpool export", "cannot export 'tank': Input/output error")
+    with pytest.raises(errors.ZfsError):
+        call("SR.detach", sr=sr)
+    assert fake.imported() == ["tank"]
+    assert rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
+    assert call("SR.stat", sr=sr)["datasources"] == [
+        "xeno+shm:///zfs-ng-" + SR_UUID]
+    assert len(writers) == 2 and writers[0] == writers[1]   # started again
+
+
 def test_an_attach_without_a_usable_metrics_dir_attaches(fake, writers,
                                                          monkeypatch,
                                                          tmp_path):
@@ -246,6 +274,20 @@ def test_a_gone_pool_is_published_as_such_and_counted(pool):
     got = rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
     assert got["zfs_health"]["value"] == 2.0
     assert math.isnan(got["zfs_read_iops"]["value"])
+
+
+@pytest.mark.parametrize("get", ["", GET.replace(SR_UUID, "other")],
+                         ids=["no dataset", "another sr's"])
+def test_another_pools_figures_are_never_published(pool, get):
+    """The SR dataset unreadable, or another SR's (a pool of the same name
+    replaced the SR's): the pool's figures are not this SR's, so none is
+    published (NaN); the SR cannot serve data."""
+    attached()
+    pool.out["get"] = get
+    assert not srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    got = rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
+    assert got.pop("zfs_health")["value"] == 2.0
+    assert [k for k, v in got.items() if not math.isnan(v["value"])] == []
 
 
 def test_the_writer_ends_when_the_sr_is_detached_or_its_file_gone(pool):

@@ -125,6 +125,13 @@ class PoolNotFound(ZfsError):
     """
 
 
+class SrNotFound(StorageError):
+    """SR.attach found neither the SR's pool (not imported, not
+    importable) nor its dataset, and nothing on this host records a
+    destroy of it: the message says how to bring it back, or how to
+    forget an SR whose storage is proved gone (xe sr-forget)."""
+
+
 class PoolImportedElsewhere(ZfsError):
     """The pool is imported by another host (multihost protection saw its
     writes, or its labels say so): importing it here would corrupt it."""

@@ -19,7 +19,11 @@ what the pool itself says and what its members' own labels say:
   loses its ZFS label: zfs-ng was not given it whole.
 
 The plan is written to PLAN_DIR, one file per pool guid, before ``zpool
-destroy``, and removed once done. A destroy killed in between is finished
+destroy``, and removed once done. Every SR.destroy (of a pool or of an
+adopted SR's dataset) also records, before its first destructive
+command, that it destroys that SR (PLAN_DIR/sr/<sr uuid>.json), and keeps
+the record: a retry whose first answer was lost proves with it that the
+SR is gone (``destroy_record``). A destroy killed in between is finished
 by the next SR.destroy (after the SR.attach xapi makes first, which finds
 the plan): only once the pool is neither imported nor importable, and each
 target only if it still is what the plan says (the same vdev guid in its
@@ -120,6 +124,42 @@ def load_for(sr):
 def drop(pool_guid):
     try:
         runfiles.remove(_path(pool_guid))
+    except OSError:
+        pass
+
+
+# --- the record that a destroy of an SR was under way ------------------------
+
+def _record_path(sr_uuid):
+    return runfiles.file_name(os.path.join(PLAN_DIR, "sr"), sr_uuid, ".json")
+
+
+def record_destroy(sr_uuid, sr, owner, pool_guid=None):
+    """Record, durably and before the first destructive command, that SR
+    sr_uuid (dataset sr; owner "pool" or "dataset", as meta.SR_OWNER) is
+    being destroyed. Kept once done (a few hundred bytes per SR): xapi
+    retries a destroy whose answer was lost, and only this says that a
+    missing pool or dataset was destroyed rather than lost."""
+    runfiles.write_json(_record_path(sr_uuid), {
+        "sr_uuid": sr_uuid, "sr": sr, "owner": owner,
+        "pool_guid": pool_guid}, durable=True)
+
+
+def destroy_record(sr_uuid):
+    """The record of SR sr_uuid's destroy, or None."""
+    try:
+        record = runfiles.read_json(_record_path(sr_uuid))
+    except (IOError, OSError):
+        return None
+    return record if isinstance(record, dict) and \
+        record.get("sr_uuid") == sr_uuid else None
+
+
+def drop_destroy_record(sr_uuid):
+    """The SR is there after all: its destroy failed, or was killed
+    before it destroyed anything."""
+    try:
+        runfiles.remove(_record_path(sr_uuid))
     except OSError:
         pass
 

@@ -3,7 +3,8 @@
 An SR is one dataset (see ``meta``). The string SR.attach returns, which xapi
 passes back as ``sr`` in every later call, is that dataset's name (or, for
 a pool whose SR.destroy was killed after ``zpool destroy``, a name only
-SR.destroy acts on: DESTROYING).
+SR.destroy acts on: DESTROYING; for an SR whose destroy is done but whose
+answer was lost, one SR.destroy answers at once: DESTROYED).
 
 Ownership rule: zfs-ng exports or destroys a pool only if it created it
 (``sr-owner=pool``); on adopted storage it only ever touches the SR's own
@@ -223,21 +224,72 @@ def _destroy_left(cfg):
     return plan["pool"] + DESTROYING + cfg.pool_guid if plan else None
 
 
+def _destroy_done(cfg, exc):
+    """The SR string of an SR whose destroy is done (its answer lost, xapi
+    retries it: SR.attach, then SR.destroy), or None: cleanup recorded a
+    destroy of it, and what that destroys is absent (exc): its pool is
+    neither imported nor importable, or its dataset is gone from its
+    pool."""
+    record = cleanup.destroy_record(cfg.sr_uuid) if cfg.sr_uuid else None
+    absent = {"pool": errors.PoolNotFound,
+              "dataset": errors.SR_does_not_exist}.get(
+                  (record or {}).get("owner"), ())
+    if not isinstance(exc, absent):
+        return None
+    return record["sr"] + DESTROYED + cfg.sr_uuid
+
+
+def _not_found(cfg, exc):
+    """SrNotFound for an SR whose storage is missing and no destroy of
+    which is recorded: how to bring it back, or to forget it."""
+    uuid = cfg.sr_uuid or "<the SR's uuid>"
+    check = ("'zpool import' and 'zpool list' show no pool with guid %s"
+             % cfg.pool_guid) if cfg.source == "pool" else (
+        "with its pool imported, 'zfs get -r %s %s' shows no dataset "
+        "with sr-uuid %s"
+        % (meta.SR_UUID, meta.pool_of(cfg.parent or "?"), uuid))
+    return errors.SrNotFound(
+        "%s. If its disks are only missing, bring them back and plug the "
+        "PBD again. If the SR was destroyed (an sr-destroy whose answer "
+        "was lost, or by hand), check that it is really gone (%s), then "
+        "forget it: xe sr-forget uuid=%s" % (exc.message, check, uuid))
+
+
+def _attach_missing(cfg, exc):
+    """SR.attach when the SR's pool or dataset cannot be found: the string
+    SR.destroy finishes or ends a destroy with, else SrNotFound."""
+    left = _destroy_left(cfg) \
+        if isinstance(exc, errors.PoolNotFound) else None
+    if left is not None:
+        log.info("the SR's pool was destroyed; SR.destroy of %s "
+                 "finishes cleaning its disks", left)
+        return left
+    left = _destroy_done(cfg, exc)
+    if left is None:
+        raise _not_found(cfg, exc)
+    log.info("SR %s was destroyed (%s); SR.destroy of %s has nothing left "
+             "to do", cfg.sr_uuid, exc.message, left)
+    return left
+
+
+def _forget_destroys(cfg):
+    """The SR is there: a destroy of it recorded (plan, record) was killed
+    before it destroyed anything."""
+    if cfg.pool_guid and cleanup.load(cfg.pool_guid):
+        cleanup.drop(cfg.pool_guid)
+    if cfg.sr_uuid:
+        cleanup.drop_destroy_record(cfg.sr_uuid)
+
+
 @wire.method("SR.attach")
 def attach(dbg, configuration):
     cfg = devconfig.parse(configuration, need_source=False)
     with lock.global_lock():
         try:
             dataset = poolimport.locate(cfg)
-        except errors.PoolNotFound:
-            left = _destroy_left(cfg)
-            if left is None:
-                raise
-            log.info("the SR's pool was destroyed; SR.destroy of %s "
-                     "finishes cleaning its disks", left)
-            return left
-        if cfg.pool_guid and cleanup.load(cfg.pool_guid):
-            cleanup.drop(cfg.pool_guid)  # killed before zpool destroy
+        except (errors.PoolNotFound, errors.SR_does_not_exist) as exc:
+            return _attach_missing(cfg, exc)
+        _forget_destroys(cfg)
     with lock.sr_lock(dataset):
         row = zfs.get_one(dataset, [meta.SR_UNCLAIMED, meta.SR_UUID])
         _claimed(dataset, row)
@@ -262,18 +314,33 @@ def _claimed(sr, row):
 
 @wire.method("SR.detach")
 def detach(dbg, sr):
+    """The statistics writer is always stopped and its file deleted (so
+    xcp-rrdd deregisters it), even when the pool is gone already; it is
+    started again if the export fails, the SR staying attached."""
     # the SR lock too: no Volume call may run on a pool being exported
     with lock.global_lock(), lock.sr_lock(sr):
         try:
             row = inventory.sr_row(sr)
         except errors.Sr_not_attached:
             log.info("SR %s is not attached: nothing to detach", sr)
+            srmetrics.stop_recorded(sr)
             return None
         srmetrics.stop(row[meta.SR_UUID])
         if row[meta.SR_OWNER] == "pool":
-            log.info("exporting pool %s", meta.pool_of(sr))
-            pools.export_pool(meta.pool_of(sr))
+            _export(sr, row[meta.SR_UUID])
     return None
+
+
+def _export(sr, sr_uuid):
+    """zpool export of the SR's pool. The writer is stopped before (its
+    commands on the pool could make the export busy); if the export
+    fails, the SR stays attached, and so does its writer."""
+    log.info("exporting pool %s", meta.pool_of(sr))
+    try:
+        pools.export_pool(meta.pool_of(sr))
+    except errors.StorageError:
+        srmetrics.start(sr, sr_uuid)
+        raise
 
 
 # --- destroy -------------------------------------------------------------------------
@@ -283,6 +350,11 @@ def detach(dbg, sr):
 # ('#' is not allowed in one), so no call can take it for a live SR; only
 # SR.destroy does something with it: it finishes the clean-up.
 DESTROYING = "#destroying-"
+# What SR.attach returns for an SR whose destroy is done, though xapi
+# never got its answer: <pool or dataset>#destroyed-<sr uuid>. SR.stat
+# answers it while cleanup's record of the destroy is there; SR.destroy of
+# it has nothing left to do, and xapi then forgets the SR.
+DESTROYED = "#destroyed-"
 
 
 def _recorded_devices(row):
@@ -303,6 +375,7 @@ def _destroy_pool(pool, row):
     plan = cleanup.make(pool, pool, guid, pools.pool_leaves(pool),
                         _recorded_devices(row))
     cleanup.save(plan)
+    cleanup.record_destroy(row[meta.SR_UUID], pool, "pool", guid)
     log.info("destroying pool %s, then cleaning %s", pool,
              ", ".join(t["path"] for t in plan["targets"]) or "nothing")
     try:
@@ -310,13 +383,39 @@ def _destroy_pool(pool, row):
     except errors.ZfsError:
         if pools.pool_by_guid(guid):
             cleanup.drop(guid)      # not destroyed: nothing to finish
+            cleanup.drop_destroy_record(row[meta.SR_UUID])
         raise
     cleanup.finish(plan, check=False)
+
+
+def _destroy_dataset(sr, row):
+    """zfs destroy -r of an adopted SR's own dataset, recorded first (see
+    ``cleanup``); the record is dropped if the dataset is still there."""
+    cleanup.record_destroy(row[meta.SR_UUID], sr, "dataset")
+    log.info("destroying SR dataset %s", sr)
+    try:
+        zfs.destroy(sr, recursive=True)
+    except errors.StorageError:
+        if _still_there(sr):        # else gone, or unreadable: kept
+            cleanup.drop_destroy_record(row[meta.SR_UUID])
+        raise
+
+
+def _still_there(sr):
+    try:
+        inventory.sr_row(sr)
+    except errors.StorageError:
+        return False
+    return True
 
 
 def _finish_destroyed(sr):
     """SR.destroy of an SR that is not attached: finish the clean-up a
     killed destroy left, if any (see ``cleanup``)."""
+    srmetrics.stop_recorded(sr)
+    if DESTROYED in sr:
+        log.info("SR %s was destroyed already: nothing left to do", sr)
+        return
     if DESTROYING in sr:
         plans = [p for p in [cleanup.load(sr.partition(DESTROYING)[2])] if p]
     else:
@@ -379,8 +478,7 @@ def destroy(dbg, sr):
         if row[meta.SR_OWNER] == "pool":
             _destroy_pool(meta.pool_of(sr), row)
         else:
-            log.info("destroying SR dataset %s", sr)
-            zfs.destroy(sr, recursive=True)
+            _destroy_dataset(sr, row)
     return None
 
 
@@ -392,6 +490,8 @@ def stat(dbg, sr):
     sent as a XenAPI message in the background (``alert``)."""
     if DESTROYING in sr:
         return _stat_of_a_destroyed_pool(sr)
+    if DESTROYED in sr:
+        return _stat_of_a_destroyed_sr(sr)
     try:
         row = inventory.sr_row(sr)
     except errors.ZfsError as exc:
@@ -424,6 +524,21 @@ def _stat_of_a_destroyed_pool(sr):
     return {"sr": sr, "name": pool, "description": text, "free_space": 0,
             "total_space": 0, "datasources": [], "clustered": False,
             "health": ["Unavailable", text]}
+
+
+def _stat_of_a_destroyed_sr(sr):
+    """SR.stat of what SR.attach answers for an SR whose destroy is done
+    but whose answer was lost: answered (empty, Unavailable), so that the
+    plug xapi makes before it retries SR.destroy succeeds."""
+    dataset, _, uuid = sr.partition(DESTROYED)
+    record = cleanup.destroy_record(uuid)
+    if record is None or record.get("sr") != dataset:
+        raise errors.Sr_not_attached(sr)
+    text = ("SR %s was destroyed (%s is gone): 'xe sr-destroy' again "
+            "forgets it" % (uuid, dataset))
+    return {"sr": sr, "name": dataset, "uuid": uuid, "description": text,
+            "free_space": 0, "total_space": 0, "datasources": [],
+            "clustered": False, "health": ["Unavailable", text]}
 
 
 def _stat_of_a_dead_pool(sr):

@@ -15,15 +15,18 @@ until SR.detach, as tapdisks are:
   the file in place; it ends when the SR is no longer recorded as attached,
   when the file is gone, or when the SR's dataset could not be read as
   this SR's (pool gone, pool suspended, a new pool by the same name) for
-  a minute (GONE_LIMIT periods in a row); SR.stat starts another if the
-  SR is still attached;
+  a minute (GONE_LIMIT periods in a row), publishing meanwhile every
+  figure as unknown and health 2; SR.stat starts another if the SR is
+  still attached;
 - SR.stat starts a writer again when the SR is recorded as attached and
   none holds the lock (one that was killed): never waiting for it;
 - SR.detach and SR.destroy drop the record, stop the writer and delete the
-  file. xapi-storage-script's SR.detach means to deregister the uid but
-  never does (at v26.1.4 it matches the stored uid, no longer a URI,
-  against the URI scheme); xcp-rrdd deregisters a file deleted from its
-  directory itself, so the next attach registers the new file.
+  file, also when the pool is gone (``stop_recorded``); SR.detach starts
+  it again if its ``zpool export`` fails. xapi-storage-script's SR.detach
+  means to deregister the uid but never does (at v26.1.4 it matches the
+  stored uid, no longer a URI, against the URI scheme); xcp-rrdd
+  deregisters a file deleted from its directory itself, so the next attach
+  registers the new file.
 
 Run as ``python3 -m zfsng_volume.srmetrics -- <sr dataset> <sr uuid>``.
 """
@@ -83,8 +86,11 @@ def sources(sr_uuid):
             for name, text, units in _SOURCES]
 
 
+_RECORD = "srmetrics-"
+
+
 def _record(sr_uuid):
-    return lock.run_file("srmetrics-" + sr_uuid, ".json")
+    return lock.run_file(_RECORD + sr_uuid, ".json")
 
 
 def _lock_file(sr_uuid):
@@ -131,6 +137,16 @@ def stop(sr_uuid):
         runfiles.remove(path(sr_uuid))
     except OSError as exc:
         log.warning("SR %s: stopping its I/O statistics: %s", sr_uuid, exc)
+
+
+def stop_recorded(sr):
+    """SR.detach, SR.destroy of an SR whose dataset cannot be read (pool
+    gone or exported by hand): stop every writer recorded for sr, whose
+    uuid only the record still knows. Never fails."""
+    for name, record in runfiles.read_all_json(lock.RUN_DIR):
+        if name.startswith(_RECORD) and isinstance(record, dict) and \
+                record.get("sr") == sr:
+            stop(name[len(_RECORD):])
 
 
 def _running(sr_uuid):
@@ -210,12 +226,24 @@ def _period(sr, sr_uuid, table):
     figures, found = poolstats.sample(meta.pool_of(sr), sr, SAMPLE)
     if not _attached(sr, sr_uuid):
         return False
+    if found != sr_uuid:
+        figures = _not_this_srs(figures)
     payload = rrdfile.encode(table, dict(
         ("zfs_" + k, v) for k, v in figures.items()), time.time())
     if not rrdfile.update(path(sr_uuid), payload):
         log.info("SR %s: its metrics file is gone", sr)
         return False
     return found == sr_uuid
+
+
+def _not_this_srs(figures):
+    """What a sample says when the SR dataset could not be read as this
+    SR's (a pool of the same name may have replaced the SR's: its figures
+    are not this SR's): every figure unknown, and the SR cannot serve
+    data."""
+    unknown = dict((name, poolstats.NAN) for name in figures)
+    unknown["health"] = float(poolstats.NOT_SERVING)
+    return unknown
 
 
 def _write(sr, sr_uuid):
