@@ -20,6 +20,13 @@ PACKAGES = {"zfsng": "volume/zfsng",
 PLUGINS = ("zfsng_volume", "zfsng_datapath")
 
 
+def _read(path):
+    """A source file's text: UTF-8 whatever the locale (dom0's plugins
+    run in the C locale, and so do these tests under CPython 3.6)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def modules():
     """{"pkg.name": path} of every module but the packages' __init__."""
     found = {}
@@ -34,7 +41,7 @@ def modules():
 def imports(path):
     """The package modules path imports (zfsng.x, zfsng_datapath.x)."""
     found = set()
-    for node in ast.walk(ast.parse(open(path).read())):
+    for node in ast.walk(ast.parse(_read(path))):
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.module in PACKAGES:
                 found.update("%s.%s" % (node.module, a.name)
@@ -52,7 +59,7 @@ def graph():
 
 
 def architecture():
-    with open(os.path.join(TOP, "ARCHITECTURE.md")) as f:
+    with open(os.path.join(TOP, "ARCHITECTURE.md"), encoding="utf-8") as f:
         return f.read()
 
 
@@ -104,7 +111,7 @@ def test_the_core_imports_no_plugin_and_no_plugin_the_other():
 
 
 def test_every_package_is_installed_by_make_install():
-    with open(os.path.join(TOP, "Makefile")) as f:
+    with open(os.path.join(TOP, "Makefile"), encoding="utf-8") as f:
         makefile = f.read()
     for pkg, where in PACKAGES.items():
         assert "%s,%s)" % (pkg, where) in makefile, pkg
@@ -124,7 +131,7 @@ def test_the_model_decides_and_runs_nothing():
 ])
 def test_each_external_concern_has_one_home(needle, owner):
     holders = sorted(m for m, p in modules().items()
-                     if needle in open(p).read())
+                     if needle in _read(p))
     assert holders == [owner]
 
 
