@@ -138,6 +138,16 @@ def run(job, held):
     listener = relay.listen(sock)
     held.callback(lambda: _unlink(sock))
     held.callback(listener.close)
+    try:
+        mirror_writes(job, copy, base, listener, held)
+    except BaseException:
+        _leave_mirror_mode(job)
+        raise
+
+
+def mirror_writes(job, copy, base, listener, held):
+    """Switch, catch up, then forward tapdisk's writes until it closes
+    the secondary."""
     last, forwarder = copy.switch(held, listener)
     try:
         copy.catch_up(base, last, forwarder)
@@ -148,8 +158,35 @@ def run(job, held):
     job.update(phase="mirroring")
     _watch(job, forwarder)
     forwarder.wait()
-    client.flush()
+    copy.client.flush()
     job.update(mirrored=forwarder.forwarded)
+
+
+def _leave_mirror_mode(job):
+    """A mirror that failed while its VM runs on here: reopen the disk's
+    image without a secondary (``unpause -2 null``). tapdisk marks the
+    image TD_IGNORE_ENOSPC when it adds a secondary and keeps the mark
+    once the secondary is dropped: an ENOSPC on the zvol would then be
+    answered success to the guest, the write lost (tapdisk-vbd.c
+    tapdisk_vbd_complete_td_request). Nothing to do once the VBD is
+    closed; never raises (the job's error is the one to report)."""
+    pid, minor = job["tapdisk"], job["minor"]
+    try:
+        row = tapctl.view().vbd(pid, minor)
+        if row is None or not row.is_open:
+            return
+        tapctl.pause(pid, minor)      # a failed one leaves it running
+        try:
+            tapctl.unpause(pid, minor, "null")
+        except BaseException:
+            tapctl.settle_unpaused(pid, minor)
+            raise
+        log.info("mirror %s: tapdisk %s minor %s out of mirror mode",
+                 job.key, pid, minor)
+    except errors.StorageError as exc:
+        log.error("mirror %s: tapdisk %s minor %s may still ignore ENOSPC "
+                  "(a pause and unpause of it clears it): %s", job.key,
+                  pid, minor, exc.message)
 
 
 def _watch(job, forwarder):

@@ -17,6 +17,7 @@ and detaches the leaf. The destination must then equal the source, byte
 for byte, with every write the guest made during the migration.
 """
 
+import mmap
 import os
 import subprocess
 import time
@@ -318,6 +319,7 @@ def test_a_mirror_lost_after_complete_stops_the_move(
         with pytest.raises(PluginError) as err:
             dp("Data.stat", operation=["MirrorV1", op[1]])
         assert err.value.name == "MirrorFailed", err.value.params
+        full_pool_keeps_every_answered_write(sr, tapdev, dataset(src))
     with open(tapdev, "rb") as f:            # the disk still serves
         expected = f.read()
     if caught_by == "deactivate":
@@ -336,6 +338,41 @@ def test_a_mirror_lost_after_complete_stops_the_move(
     vm("Datapath.detach", domain=dom0)
     destination.finalize()
     nothing_left(sr)
+
+
+def full_pool_keeps_every_answered_write(sr, tapdev, zvol):
+    """The VM runs on here after its mirror failed: with its pool full,
+    each write is refused (the guest's I/O error, as without a move) or
+    kept, never answered and lost. tapdisk ignores ENOSPC on an image it
+    once mirrored until the image is reopened without a secondary."""
+    pool = sr.split("/")[0]
+    avail = int(sh("zfs", "get", "-Hp", "-o", "value", "available", pool))
+    sh("zfs", "create", "-o", "reservation=%d" % (avail - 4096),
+       pool + "/filler")
+    refused = 0
+    try:
+        for at in range(0, 16 * BLOCK, BLOCK):
+            data = os.urandom(BLOCK)
+            try:
+                write_direct(tapdev, [(at, data)])
+            except OSError:
+                refused += 1
+                continue
+            assert read_direct("/dev/zvol/" + zvol, at, BLOCK) == data, at
+    finally:
+        sh("zfs", "destroy", pool + "/filler")
+    assert refused, "the pool was never full"
+
+
+def read_direct(path, at, length):
+    buf = mmap.mmap(-1, length)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        assert os.readv(fd, [buf]) == length      # aligned, past the cache
+    finally:
+        os.close(fd)
+    return bytes(buf)
 
 
 def test_a_guest_rebooted_during_its_move_fails_the_move(

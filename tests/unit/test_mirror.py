@@ -7,8 +7,10 @@ rule for zeros: sent only where an earlier round wrote data."""
 import contextlib
 import errno
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -539,3 +541,49 @@ def test_a_reboot_after_the_move_ended_is_no_failure(host, vdi, spawned,
     dp("Datapath.activate", uri=uri_of(vol), domain="8")
     dp("Datapath.deactivate", uri=uri_of(vol), domain="8")
     assert dp("Data.stat", operation=["MirrorV1", job["key"]])["complete"]
+
+
+@pytest.mark.parametrize("vbd_open", [True, False])
+def test_a_mirror_that_fails_leaves_mirror_mode(host, vdi, tmp_path,
+                                                monkeypatch, vbd_open):
+    """tapdisk keeps ignoring ENOSPC on the zvol's image once a secondary
+    was added, dropped or not: a failed mirror whose VM runs on here has
+    its image reopened without a secondary (pause, unpause -2 null); a
+    VBD closed already is left alone."""
+    copy, _, vbd = switching(host, vdi, tmp_path, monkeypatch)
+    job = mirrorjob.Job.__new__(mirrorjob.Job)
+    job.key = names.new_uuid()
+    job.doc = dict(copy.job, key=job.key, dataset=copy.zvol, rounds=[],
+                   copied=0, remote=REMOTE)
+
+    class Failing(object):
+        def stop(self, error):
+            pass
+
+        def wait(self):
+            raise NbdError("the destination closed the NBD connection")
+
+        def ended(self, timeout):
+            return True
+    monkeypatch.setattr(nbd.Client, "connect", staticmethod(
+        lambda path, export: Upstream(copy.size)))
+    monkeypatch.setattr(mirrorjob.Copy, "rounds", lambda self, held: "s1")
+    monkeypatch.setattr(mirrorjob.Copy, "switch",
+                        lambda self, held, listener: ("s2", Failing()))
+    monkeypatch.setattr(mirrorjob.Copy, "catch_up", lambda self, *a: None)
+    monkeypatch.setattr(mirror, "save", lambda doc: None)
+    short = tempfile.mkdtemp(dir="/tmp")    # a unix socket's path is short
+    monkeypatch.setattr(mirror, "DIR", short)
+    if not vbd_open:
+        [(pid, minor, _, _)] = host.tap.vbds()
+        host.tap(["tap-ctl", "close", "-p", str(pid), "-m", str(minor)])
+    before = len(host.calls)
+    with contextlib.ExitStack() as held:
+        with pytest.raises(NbdError):
+            mirrorjob.run(job, held)
+    cycled = [a[1:2] + a[6:] for a in host.calls[before:]
+              if a[:2] in (["tap-ctl", "pause"], ["tap-ctl", "unpause"])]
+    assert cycled == ([["pause"], ["unpause", "-2", "null"]] if vbd_open
+                      else [])
+    assert vbd["state"] == (0 if vbd_open else faketapctl.CLOSED)
+    shutil.rmtree(short)
