@@ -59,7 +59,8 @@ import sys
 import threading
 import time
 
-from zfsng import blockmap, errors, lock, log, meta, names, pools, zfs
+from zfsng import blockmap, errors, lock, log, meta, names, pools, \
+    spaceguard, zfs
 from zfsng_datapath import mirror, nbd, relay, tapctl
 from zfsng_datapath.errors import NbdError
 
@@ -134,6 +135,7 @@ def run(job, held):
         copy.send(None, copy.snapshot(held))
         return
     base = copy.rounds(held)
+    _guard(job, held)
     sock = os.path.join(mirror.DIR, job.key + ".sock")
     listener = relay.listen(sock)
     held.callback(lambda: _unlink(sock))
@@ -143,6 +145,25 @@ def run(job, held):
     except BaseException:
         _leave_mirror_mode(job)
         raise
+
+
+def _guard(job, held):
+    """Room for the zvol's writes while tapdisk mirrors it (spaceguard):
+    held until the job ends, released after the VBD left mirror mode."""
+    zvol = job["dataset"]
+    held.enter_context(lock.reading(spaceguard.lock_name(zvol)))
+    with lock.sr_lock(job["sr"]):
+        spaceguard.hold(zvol)
+    held.callback(lambda: _unguard(job))
+
+
+def _unguard(job):
+    try:
+        with lock.sr_lock(job["sr"]):
+            spaceguard.release(job["dataset"])
+    except errors.StorageError as exc:
+        log.warning("mirror %s: the space guard of %s is left for the "
+                    "collector: %s", job.key, job["dataset"], exc.message)
 
 
 def mirror_writes(job, copy, base, listener, held):

@@ -431,7 +431,10 @@ def migrate(d, out):
           "*pause*: the guest's tapdisk paused, as the job timed it.\n",
           "### Against disk size (%s MiB of data, no writer)\n"
           % _mib(d["data_bytes"]),
-          "Target: a sparse disk copies its data, not its size.\n"]
+          "Target: a sparse disk copies its data, not its size. A "
+          "running VM's disk is guaranteed room to be written whole while "
+          "it is mirrored, so its sizes fit the bench pool; the halted "
+          "VM's disks below go to 16 TiB.\n"]
     base = d["by_size"][0]["seconds"]
     rows = [[_size(r["size"]), "%.1f" % r["seconds"],
              "%.2fx" % (r["seconds"] / base), _mib(r["sent_bytes"]),

@@ -75,10 +75,10 @@ class ZfsNgDestination(object):
 class NbdFileDestination(object):
     """Any other SR: a plain NBD server (qemu-nbd) on a raw file."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, size=MIG_SIZE):
         self.image = str(tmp_path / "dest.raw")
         with open(self.image, "wb") as f:
-            f.truncate(MIG_SIZE)
+            f.truncate(size)
         self.socket, self.export = str(tmp_path / "dest.sock"), "leaf"
         self.proc = subprocess.Popen(
             ["qemu-nbd", "-f", "raw", "-x", self.export, "-k", self.socket,
@@ -346,12 +346,10 @@ def full_pool_keeps_every_answered_write(sr, tapdev, zvol):
     kept, never answered and lost. tapdisk ignores ENOSPC on an image it
     once mirrored until the image is reopened without a secondary."""
     pool = sr.split("/")[0]
-    avail = int(sh("zfs", "get", "-Hp", "-o", "value", "available", pool))
-    sh("zfs", "create", "-o", "reservation=%d" % (avail - 4096),
-       pool + "/filler")
+    fill_pool(pool)
     refused = 0
     try:
-        for at in range(0, 16 * BLOCK, BLOCK):
+        for at in range(0, 64 * BLOCK, BLOCK):
             data = os.urandom(BLOCK)
             try:
                 write_direct(tapdev, [(at, data)])
@@ -364,6 +362,20 @@ def full_pool_keeps_every_answered_write(sr, tapdev, zvol):
     assert refused, "the pool was never full"
 
 
+def fill_pool(pool):
+    """A dataset whose reservation takes all but a little of the pool's
+    free space (which moves while txgs sync: tried with wider margins)."""
+    for margin in (64 << 10, 1 << 20, 8 << 20):
+        avail = int(sh("zfs", "get", "-Hp", "-o", "value", "available",
+                       pool))
+        sh("zfs", "create", "-o", "reservation=%d" % (avail - margin),
+           pool + "/filler", check=False)
+        if sh("zfs", "list", "-H", "-o", "name", pool + "/filler",
+              check=False).strip():
+            return
+    raise AssertionError("could not fill %s" % pool)
+
+
 def read_direct(path, at, length):
     buf = mmap.mmap(-1, length)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
@@ -373,6 +385,81 @@ def read_direct(path, at, length):
     finally:
         os.close(fd)
     return bytes(buf)
+
+
+def test_a_pool_filled_during_the_mirror_keeps_the_guests_disk(
+        dp, plugin, sr, tmp_path, released):
+    """In mirror mode tapdisk answers an ENOSPC on the zvol by dropping
+    it and serving the guest zeros (seen here without the guard). The
+    guard gives the disk room to be written whole while it is mirrored,
+    so a pool filled meanwhile changes nothing: the guest reads what it
+    wrote, the move ends with the destination equal to the source, and
+    the disk's refreservation is put back."""
+    destination = NbdFileDestination(tmp_path)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    zvol = "/dev/zvol/" + dataset(src)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    dom0 = domain_of(SOURCE_DP, "0")
+    vm("Datapath.attach", domain=dom0)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    wait_complete(dp, op[1])
+    pool = sr.split("/")[0]
+    fill_pool(pool)
+    try:
+        written = [(at, os.urandom(BLOCK))
+                   for at in range(0, MIG_SIZE, MIG_SIZE // 16)]
+        write_direct(tapdev, written)
+        for at, data in written:
+            assert read_direct(tapdev, at, BLOCK) == data, at
+            assert read_direct(zvol, at, BLOCK) == data, at
+    finally:
+        sh("zfs", "destroy", pool + "/filler")
+    vm.stop(domain=GUEST)                     # the VM moves
+    vm("Datapath.detach", domain=dom0)
+    proxy.join(60)
+    assert job_gone(op[1])["phase"] == "done"
+    assert destination.finalize() == whole_hash(zvol)
+    assert sh("zfs", "get", "-Hp", "-o", "value", "refreservation",
+              dataset(src)).strip() in ("0", "none")
+    assert sh("zfs", "get", "-Hp", "-o", "source",
+              "org.xcp-ng.zfs-ng:mirror-guard", dataset(src)).strip() != \
+        "local"
+    nothing_left(sr)
+
+
+def test_a_disk_its_pool_cannot_guard_is_not_mirrored(
+        dp, plugin, sr, tmp_path, released):
+    """A thin disk larger than its pool's free space: the job fails
+    before tapdisk is ever paused, saying why; the VM runs on, its disk
+    as it was, and nothing is left."""
+    size = 4 << 30                             # the pool's disk: 1 GiB
+    destination = NbdFileDestination(tmp_path, size)
+    src = plugin("Volume.create", sr=sr, name="big", description="",
+                 size=size, sharable=False)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    data = os.urandom(BLOCK)
+    write_direct(tapdev, [(0, data)])
+    dom0 = domain_of(SOURCE_DP, "0")
+    vm("Datapath.attach", domain=dom0)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    got = stat_until(dp, op[1], lambda s: s["failed"])
+    assert not got["complete"]
+    job = job_gone(op[1])
+    assert "room" in job["error"] and "pause_seconds" not in job
+    assert read_direct(tapdev, 0, BLOCK) == data
+    vm.stop(domain=GUEST)
+    vm("Datapath.detach", domain=dom0)
+    destination.finalize()
+    nothing_left(sr)
 
 
 def test_a_guest_rebooted_during_its_move_fails_the_move(

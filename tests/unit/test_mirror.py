@@ -16,7 +16,7 @@ import time
 import pytest
 
 import faketapctl
-from conftest import call
+from conftest import GiB, call, create_sr, create_volume
 from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
 from zfsng import collect, errors, lock, meta, names, runner, zfs
 from zfsng_datapath import mirror, mirrorjob, nbd, relay, tapctl
@@ -586,4 +586,32 @@ def test_a_mirror_that_fails_leaves_mirror_mode(host, vdi, tmp_path,
     assert cycled == ([["pause"], ["unpause", "-2", "null"]] if vbd_open
                       else [])
     assert vbd["state"] == (0 if vbd_open else faketapctl.CLOSED)
+    assert host.zfs.get(copy.zvol, meta.MIRROR_GUARD) is None  # put back
+    assert host.zfs.get(copy.zvol, "refreservation") in (None, 0, "0")
     shutil.rmtree(short)
+
+
+def test_a_pool_without_room_for_the_guard_refuses_before_the_pause(
+        host, tmp_path, monkeypatch, spawned):
+    """Room to write the disk whole, or no mirror: the job fails before
+    tapdisk is paused, the VM untouched."""
+    sr, _ = create_sr({"device": "/dev/sdb"})
+    vol = create_volume(sr, size=20 * GiB, name="big")   # a 10 GiB pool
+    running(vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    copy = mirrorjob.Copy(Doc(tapdisk=pid, minor=minor, sr=sr, total=0),
+                          Upstream(vol["virtual_size"]), dataset_of(vol),
+                          vol["virtual_size"])
+    job = mirrorjob.Job.__new__(mirrorjob.Job)
+    job.key = names.new_uuid()
+    job.doc = dict(copy.job, key=job.key, dataset=copy.zvol, rounds=[],
+                   copied=0, remote=REMOTE)
+    monkeypatch.setattr(nbd.Client, "connect", staticmethod(
+        lambda path, export: Upstream(copy.size)))
+    monkeypatch.setattr(mirrorjob.Copy, "rounds", lambda self, held: "s1")
+    monkeypatch.setattr(mirror, "save", lambda doc: None)
+    with contextlib.ExitStack() as held:
+        with pytest.raises(errors.OutOfSpace):
+            mirrorjob.run(job, held)
+    assert not [a for a in host.calls if a[:2] == ["tap-ctl", "pause"]]
+    assert host.zfs.get(copy.zvol, meta.MIRROR_GUARD) is None

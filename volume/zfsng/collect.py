@@ -23,6 +23,8 @@ What it frees (the kinds are ``meta``'s):
   goes; a migration's mirror sink once its leaf is gone;
 - a Volume.revert a crash cut short (``meta.reverting``): undone or
   finished (``revertsteps.finish``);
+- a mirror's space guard no live mirror job holds (a dom0 crash
+  mid-move): the zvol's refreservation put back (``spaceguard``);
 - what a Volume.create, snapshot or clone that reported failure made
   anyway (a command the runner gave up on finished in the kernel), once
   no command on it runs (``free_abandoned``: ``abandoned`` has the
@@ -37,7 +39,7 @@ SR lock.
 """
 
 from zfsng import abandoned, errors, inventory, lock, log, meta, \
-    ownership, revertsteps, zfs
+    ownership, revertsteps, spaceguard, zfs
 
 ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 
@@ -45,10 +47,14 @@ ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 def garbage(rows):
     """[(action, dataset)] that collect should do now: "destroy",
     "defer" (``zfs destroy -d``), "compose" (``finish_compose``),
-    "unmark" (the COMPOSE_INTO of a finished compose) or "revert" (a
-    revert a crash cut short: ``revertsteps.finish``)."""
+    "unmark" (the COMPOSE_INTO of a finished compose), "revert" (a
+    revert a crash cut short: ``revertsteps.finish``) or "unguard" (a
+    dead mirror's space guard: ``spaceguard.release``)."""
     actions = []
     for row in rows:
+        if row.get(meta.MIRROR_GUARD) and not lock.being_read(
+                spaceguard.lock_name(row["name"])):
+            actions.append(("unguard", row["name"]))
         if meta.reverting(row):
             actions.append(("revert", row["name"]))
         elif meta.is_composing(row):
@@ -75,6 +81,7 @@ def needed(rows):
     return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
                meta.is_unfinished_create(r) or meta.is_composing(r) or
                _composed(r) or meta.is_sink(r) or meta.reverting(r) or
+               bool(r.get(meta.MIRROR_GUARD)) or
                (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)
 
@@ -108,6 +115,8 @@ def _act(action, name, rows):
         finish_compose([r for r in rows if r["name"] == name][0], rows)
     elif action == "unmark":
         zfs.inherit(name, meta.COMPOSE_INTO)
+    elif action == "unguard":
+        spaceguard.release(name)
     else:
         _destroy(name, recursive=(action == "destroy" and "@" not in name),
                  defer=(action == "defer"))

@@ -138,6 +138,8 @@ MIRROR_SNAPSHOT = "zfsng-sxm-"
 # VDI_UUID) until it has the leaf's name (is_composing).
 SINK_SUFFIX = ".in"
 MIRROR_SINK = prop("mirror-sink")
+# A zvol a mirror guards (zfsng/spaceguard.py): its refreservation before.
+MIRROR_GUARD = prop("mirror-guard")
 SECTOR = 512
 COMPOSE_SNAPSHOT = "zfsng-compose"
 # Volume.revert (zfsng/revertsteps.py) sets the VDI's zvol aside and clones
@@ -151,7 +153,7 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
                   VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE,
-                  COMPOSE_INTO, MIRROR_SINK, REVERTING]
+                  COMPOSE_INTO, MIRROR_SINK, REVERTING, MIRROR_GUARD]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
