@@ -488,6 +488,128 @@ def test_a_data_destroyed_vdi_refuses_what_needs_data(fake, sr, method,
     assert fake.mutations(since) == []
 
 
+def _during_the_map(fake, monkeypatch, then):
+    """[what then() returned, or raised], then() run once in the middle
+    of data_destroy's map: after its zdb read of the snapshot, before the
+    call goes on. Another call waits at most 0.2 s for the SR lock
+    (SrBusy past that: kept, else zdb's fallback would hide it)."""
+    monkeypatch.setattr(lock, "WAIT", 0.2)
+    real, done = fake.stream, []
+
+    def stream(argv, consume, **bound):
+        result = real(argv, consume, **bound)
+        if argv[0] == "zdb" and not done:
+            try:
+                done.append(then())
+            except errors.StorageError as exc:
+                done.append(exc)
+        return result
+    monkeypatch.setattr(fake, "stream", stream)
+    return done
+
+
+def _mapped_snapshot(fake, sr):
+    """A tracked VDI with data and its snapshot VDI, which has no map
+    yet (data_destroy reads it whole): (key, s, the snapshot's name)."""
+    key = tracked(sr)
+    fake.guest_write(zvol(sr, key), 0, MiB)
+    s = snap(sr, key)
+    return key, s, snapshot_of(fake, sr, s)
+
+
+def test_data_destroy_maps_without_the_sr_lock(fake, sr, monkeypatch):
+    """The map may take an hour (a full zdb read): VM starts, stops and
+    snapshots on the SR go on meanwhile instead of failing SrBusy."""
+    key, s, name = _mapped_snapshot(fake, sr)
+    other = tracked(sr)
+    done = _during_the_map(fake, monkeypatch, lambda: snap(sr, other))
+    call("Volume.data_destroy", sr=sr, key=s)
+    assert len(done) == 1 and done[0] in listed(sr)
+    assert not fake.exists(name)
+    assert listed(sr)[s]["read_write"] is False
+    assert meta.CBT_MAP in fake.local_props(zvol(sr, s))
+
+
+def test_the_collector_leaves_a_snapshot_being_mapped(fake, sr,
+                                                      monkeypatch):
+    """The VDI destroyed while its snapshot is mapped (its zvol hidden,
+    the collector run) and the collector run again under the SR lock: the
+    snapshot stays, held (lock.reading), and its data_destroy ends."""
+    key, s, name = _mapped_snapshot(fake, sr)
+
+    def collect_now():
+        destroy(sr, key)
+        with lock.sr_lock(sr):
+            collect.collect(sr)
+        return fake.exists(name), lock.being_read(name)
+    done = _during_the_map(fake, monkeypatch, collect_now)
+    call("Volume.data_destroy", sr=sr, key=s)
+    assert done == [(True, True)]
+    assert set(listed(sr)) == {s}
+    assert fake.exists(meta.bookmark(name)) and not fake.exists(name)
+    assert not [f for f in os.listdir(lock.RUN_DIR) if "reading-" in f]
+    destroy(sr, s)
+    assert fake.admin("zfs list -Hp -o name -t all -r tank") == "tank\n"
+
+
+def test_a_snapshot_destroyed_during_the_map_fails_typed(fake, sr,
+                                                         monkeypatch):
+    key, s, name = _mapped_snapshot(fake, sr)
+    done = _during_the_map(fake, monkeypatch,
+                           lambda: (destroy(sr, s), len(fake.calls))[1])
+    with pytest.raises(errors.Volume_does_not_exist):
+        call("Volume.data_destroy", sr=sr, key=s)
+    assert len(done) == 1 and fake.mutations(done[0]) == []
+    assert not fake.exists(meta.bookmark(name))
+    assert set(listed(sr)) == {key}
+    with pytest.raises(errors.Volume_does_not_exist):   # xapi: done
+        call("Volume.data_destroy", sr=sr, key=s)
+
+
+def _revert_to_older(fake, sr, key, s):
+    """Volume.revert of key to a snapshot older than s: s moves with the
+    zvol set aside (another name)."""
+    older = [k for k in listed(sr) if k not in (key, s)][0]
+    call("Volume.revert", sr=sr, snapshot=older, key=key)
+    return snapshot_of(fake, sr, s)
+
+
+def _taken_again(fake, sr, key, s):
+    """s destroyed and another snapshot taken by its name, made the VDI
+    (a later createtxg)."""
+    name = snapshot_of(fake, sr, s)
+    fake.admin("zfs destroy %s" % name)
+    fake.guest_write(zvol(sr, key), 2 * MiB, MiB)
+    fake.admin("zfs snapshot %s" % name)
+    fake.admin("zfs set %s=%s %s" % (meta.VDI_UUID, s, name))
+    return name
+
+
+@pytest.mark.parametrize("change", [_revert_to_older, _taken_again],
+                         ids=["reverted", "taken-again"])
+def test_a_snapshot_changed_during_the_map_fails_typed_then_retries(
+        fake, sr, monkeypatch, change):
+    """Nothing is changed (the map is not even kept on the snapshot), and
+    a retry data-destroys the snapshot the VDI has then."""
+    key = tracked(sr)
+    snap(sr, key)                                   # what a revert takes
+    fake.guest_write(zvol(sr, key), 0, MiB)
+    s = snap(sr, key)
+    done = _during_the_map(fake, monkeypatch, lambda: (
+        change(fake, sr, key, s), len(fake.calls)))
+    with pytest.raises(errors.SnapshotChanged) as err:
+        call("Volume.data_destroy", sr=sr, key=s)
+    assert "changed while its allocation map was read" in str(err.value)
+    [(now, since)] = done
+    assert fake.mutations(since) == []
+    assert not fake.exists(meta.bookmark(now))
+    assert meta.CBT_MAP not in fake.local_props(now)
+    assert listed(sr)[s]["read_write"] is False     # a snapshot, as before
+    call("Volume.data_destroy", sr=sr, key=s)
+    assert not fake.exists(now) and fake.exists(meta.bookmark(now))
+    assert fake.get(zvol(sr, s), meta.CBT_BOOKMARK) == meta.bookmark(now)
+
+
 # --- crash points ---------------------------------------------------------------
 
 def _fresh(with_clone=False):

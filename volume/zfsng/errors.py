@@ -191,6 +191,12 @@ class CommandTimeout(StorageError):
         self.pid = pid
 
 
+class SnapshotChanged(StorageError):
+    """A snapshot a call read outside the SR lock (Volume.data_destroy's
+    map) was changed meanwhile (a revert moved it, or it was made again):
+    nothing was changed; the call can be made again."""
+
+
 class VdiInUse(StorageError):
     """The VDI's zvol is open (a running VM's tapdisk, a dom0 user): a
     change that needs it closed, such as a revert, is refused. xapi shuts

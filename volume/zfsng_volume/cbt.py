@@ -39,9 +39,12 @@ needs: a bookmark ``<vol>#<uuid>`` (its place in the zvol's history, a
 valid send source) and an empty zvol ``<sr>/<uuid>`` (volmode=none, no
 device) with the VDI's properties and map, so the VDI stays listed, its
 keys settable, as xapi expects (it marks it ``cbt_metadata``). A snapshot
-that never got a map gets one then, while it can still be read. The order
-keeps a crash safe: bookmark, then the empty zvol (while the snapshot is
-still there it is the VDI: ``meta.vdi_rows``), then the snapshot goes.
+that never got a map gets one then, while it can still be read: outside
+the SR lock (it may take as long as a list), the snapshot held with
+``lock.reading`` and checked again, under the SR lock, before anything
+changes. The order keeps a crash safe: bookmark, then the empty zvol
+(while the snapshot is still there it is the VDI: ``meta.vdi_rows``),
+then the snapshot goes.
 Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
@@ -97,27 +100,85 @@ def _drop_map(name):
 
 @wire.method("Volume.data_destroy")
 def data_destroy(dbg, sr, key):
+    """The snapshot's map is read outside the SR lock (a full zdb read,
+    up to an hour per TiB; a zfs send if zdb cannot answer), as
+    list_changed_blocks reads: Xen Orchestra calls this after every
+    backup, and VM starts, stops and snapshots on the SR would wait past
+    lock.WAIT and fail SrBusy. lock.reading holds the snapshot meanwhile,
+    as cbt's own snapshots are held (a repeated call waits for it). The
+    SR lock is taken to check, and again to check that the snapshot
+    mapped is still the VDI's and to change the pool; a change in between
+    (a destroy, a revert) fails the call typed, with nothing changed."""
     with lock.sr_lock(sr):
-        rows, row = _rows_and(sr, key)
-        if meta.is_data_destroyed(row):
-            log.info("%s: data already destroyed", key)
+        found = _destroyable(sr, key)
+        if found is None:
             return None
-        if not meta.is_snapshot(row):
-            raise errors.InvalidArgument(
-                "VDI %s is not a snapshot: only a snapshot's data can be "
-                "destroyed (its metadata kept for changed block tracking)"
-                % key)
-        if row.get(meta.CBT_ENABLED) != "true":
-            raise errors.CbtNotEnabled(
-                "snapshot %s was taken without changed block tracking: "
-                "destroy it instead" % key)
-        _keep_metadata(sr, rows, row)
-        log.info("destroying the data of %s", row["name"])
-        zfs.destroy(row["name"], defer=bool(meta.clones_of(row)))
+        row = found[1]
+        txg = zfs.createtxg(row["name"])
+    with lock.reading(row["name"]):
+        ranges = _read_map(row)
+        with lock.sr_lock(sr):
+            _commit(sr, key, row, txg, ranges)
     return None
 
 
-def _keep_metadata(sr, rows, row):
+def _commit(sr, key, mapped, txg, ranges):
+    """data_destroy's changes, once the VDI's snapshot is still the one
+    mapped (mapped: its row then; txg: its createtxg then)."""
+    found = _destroyable(sr, key)
+    if found is None:
+        return
+    rows, row = found
+    _unchanged(mapped, row, txg, ranges)
+    _keep_metadata(sr, rows, row, ranges)
+    log.info("destroying the data of %s", row["name"])
+    zfs.destroy(row["name"], defer=bool(meta.clones_of(row)))
+
+
+def _destroyable(sr, key):
+    """(rows, row) of the snapshot VDI key once its data can be destroyed,
+    None if it is already: a typed error otherwise, nothing changed."""
+    rows, row = _rows_and(sr, key)
+    if meta.is_data_destroyed(row):
+        log.info("%s: data already destroyed", key)
+        return None
+    if not meta.is_snapshot(row):
+        raise errors.InvalidArgument(
+            "VDI %s is not a snapshot: only a snapshot's data can be "
+            "destroyed (its metadata kept for changed block tracking)"
+            % key)
+    if row.get(meta.CBT_ENABLED) != "true":
+        raise errors.CbtNotEnabled(
+            "snapshot %s was taken without changed block tracking: "
+            "destroy it instead" % key)
+    return rows, row
+
+
+def _read_map(row):
+    """The snapshot's map (made now if it has none, while it can still
+    be read; not kept on it: a call that fails changes nothing), or None
+    if the snapshot went meanwhile (``_unchanged`` says how)."""
+    try:
+        return _map_of(row, keep=False)
+    except errors.DatasetNotFound:
+        return None
+
+
+def _unchanged(before, now, txg, ranges):
+    """Raise SnapshotChanged unless the VDI's snapshot (now) is the one mapped
+    (before): another call may have renamed it while it was read (a
+    revert sets its zvol aside) or destroyed it and taken another by its
+    name (a later createtxg). A destroyed VDI fails earlier
+    (Volume_does_not_exist). A retry maps it again."""
+    if ranges is None or now["name"] != before["name"] or \
+            zfs.createtxg(now["name"]) != txg:
+        raise errors.SnapshotChanged(
+            "snapshot %s changed while its allocation map was read "
+            "(another call on the SR); its data was not destroyed: try "
+            "again" % before["name"])
+
+
+def _keep_metadata(sr, rows, row, ranges):
     """The bookmark and the empty zvol that stand for the snapshot once
     its data is gone; either may exist already (a repeated call). The zvol
     is made as Volume.create makes one, under <sr>/<uuid>.new and renamed
@@ -145,9 +206,7 @@ def _keep_metadata(sr, rows, row):
         log.info("%s: left by an interrupted data_destroy, made again",
                  creating)
         zfs.destroy(creating)
-    # Without a map (never a list's target, as the first snapshot of a
-    # chain), one is made now, while the snapshot can be read.
-    props[meta.CBT_MAP] = blockmap.encode_map(_map_of(row), values.MAX_VALUE)
+    props[meta.CBT_MAP] = blockmap.encode_map(ranges, values.MAX_VALUE)
     props.update({meta.CBT_ENABLED: "true", meta.CBT_BOOKMARK: mark,
                   "volmode": "none", "volblocksize": row["volblocksize"] or
                   _volblocksize(meta.parent_of(row["name"]))})
@@ -333,9 +392,10 @@ def _window(offset, length, size):
     return offset, max(offset, stop)
 
 
-def _map_of(base):
+def _map_of(base, keep=True):
     """The ranges where base may hold data: its map; else, for a
-    snapshot, its data from a full send (kept as its map), or a bound."""
+    snapshot, its data from a full send (kept as its map if keep), or a
+    bound."""
     name = base["name"]
     text = zfs.get_one(name, [meta.CBT_MAP]).get(meta.CBT_MAP)
     if text:
@@ -351,7 +411,8 @@ def _map_of(base):
         log.warning("could not read where %s holds data (%s): bounded by "
                     "its last block", name, exc.message)
         return [(0, _data_end(base))]
-    _keep_map(name, found)
+    if keep:
+        _keep_map(name, found)
     return found
 
 
