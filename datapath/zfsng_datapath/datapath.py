@@ -230,8 +230,9 @@ def _activate(uri, domain, readonly):
             raise NotAttached("%s is not attached for domain %s on this "
                               "host: Datapath.attach comes first"
                               % (target.dataset, domain))
-        with lock.sr_lock(target.sr):   # a disk attached before its mirror
-            mirrorin.check_whole(target, st)
+        if target.snapshot is None:     # a disk attached before its mirror
+            with lock.sr_lock(target.sr):
+                mirrorin.check_whole(target, st)
         zvoldev.wait(st["device"])
         path = zvoldev.link(st["device"])
         if not urimod.is_dom0(domain):

@@ -238,12 +238,9 @@ def _new_job(target, uri, domain, remote):
 def _sweep():
     """Remove the files of jobs that ended more than KEEP seconds ago."""
     now = time.time()
-    for name in os.listdir(DIR) if os.path.isdir(DIR) else []:
-        key = name.split(".", 1)[0]
-        job = load(key) if names.is_uuid(key) else None
-        if job is None or phase(job) not in FINISHED or \
-                now - job.get("ended", now) < KEEP:
-            continue
+    for job in _jobs(lambda j: phase(j) in FINISHED and
+                     now - j.get("ended", now) >= KEEP):
+        key = job["key"]
         for leftover in (path(key), _marker(key, "complete"),
                          _marker(key, "reported"),
                          _marker(key, "reopened")):

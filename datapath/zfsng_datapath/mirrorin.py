@@ -117,8 +117,8 @@ def check_whole(target, st):
     one import_activate made serve the sink). A compose cut after its
     commit is finished instead: the leaf's name is then the composed
     disk. Costs one ``zfs get`` when there is no sink. Callers hold the
-    SR lock."""
-    if target.snapshot is not None or "sink" in st:
+    SR lock, and pass a disk's target, never a snapshot's."""
+    if "sink" in st:
         return
     leaf = target.head.rsplit("/", 1)[1]
     sink = meta.sink_name(target.sr, leaf)
