@@ -103,14 +103,20 @@ def save(plan):
     runfiles.write_json(_path(plan["pool_guid"]), plan, durable=True)
 
 
-def load(pool_guid):
-    """The plan saved for that pool, or None."""
+def _read(path, key, value):
+    """The JSON object at path whose key is value, or None (no file, or
+    one that is not what its name says)."""
     try:
-        plan = runfiles.read_json(_path(pool_guid))
+        found = runfiles.read_json(path)
     except (IOError, OSError):
         return None
-    return plan if isinstance(plan, dict) and \
-        plan.get("pool_guid") == pool_guid else None
+    return found if isinstance(found, dict) and \
+        found.get(key) == value else None
+
+
+def load(pool_guid):
+    """The plan saved for that pool, or None."""
+    return _read(_path(pool_guid), "pool_guid", pool_guid)
 
 
 def load_for(sr):
@@ -147,12 +153,7 @@ def record_destroy(sr_uuid, sr, owner, pool_guid=None):
 
 def destroy_record(sr_uuid):
     """The record of SR sr_uuid's destroy, or None."""
-    try:
-        record = runfiles.read_json(_record_path(sr_uuid))
-    except (IOError, OSError):
-        return None
-    return record if isinstance(record, dict) and \
-        record.get("sr_uuid") == sr_uuid else None
+    return _read(_record_path(sr_uuid), "sr_uuid", sr_uuid)
 
 
 def drop_destroy_record(sr_uuid):
