@@ -206,40 +206,24 @@ def _figures(job, seconds, writer=None):
             "slowest_guest_write_s": writer.slowest if writer else None}
 
 
-def by_size(ctx, dp, dest_sr, sizes):
+def by_size(ctx, dp, dest_sr, sizes, domain=GUEST):
+    """Sparse disks holding DATA bytes, moved without a writer: a running
+    VM's (domain GUEST), or a halted VM's (HALTED: no guest started)."""
     rows = []
     for size in sizes:
         mig = Migration(ctx, dp, dest_sr, size)
         try:
             ranges = [(0, DATA // 2), (size // 2, DATA // 2)]
             _fill(ctx.zvol_device(mig.src), ranges, size % 997)
-            mig.start_guest()
-            job, seconds = mig.mirror()
+            if domain == GUEST:
+                mig.start_guest()
+            job, seconds = mig.mirror(domain=domain)
             if not mig.same(ranges):
-                raise RuntimeError("destination differs at %d" % size)
+                raise RuntimeError("destination differs at %d (domain %s)"
+                                   % (size, domain))
             rows.append(dict(_figures(job, seconds), size=size))
-            common.log("migrate %d bytes: %.1f s, sent %d", size, seconds,
-                       job["copied"])
-        finally:
-            mig.destroy()
-    return rows
-
-
-def halted(ctx, dp, dest_sr, sizes):
-    """by_size's disks, of a halted VM: no guest, domid -1."""
-    rows = []
-    for size in sizes:
-        mig = Migration(ctx, dp, dest_sr, size)
-        try:
-            ranges = [(0, DATA // 2), (size // 2, DATA // 2)]
-            _fill(ctx.zvol_device(mig.src), ranges, size % 991)
-            job, seconds = mig.mirror(domain=HALTED)
-            if not mig.same(ranges):
-                raise RuntimeError("halted: destination differs at %d"
-                                   % size)
-            rows.append(dict(_figures(job, seconds), size=size))
-            common.log("migrate halted %d bytes: %.1f s, sent %d", size,
-                       seconds, job["copied"])
+            common.log("migrate %d bytes, domain %s: %.1f s, sent %d", size,
+                       domain, seconds, job["copied"])
         finally:
             mig.destroy()
     return rows
@@ -307,8 +291,8 @@ def run(ctx):
     rates = RATES[:2] if ctx.quick else RATES
     return {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
             "by_size": by_size(ctx, dp, dest_sr, sizes),
-            "halted": halted(ctx, dp, dest_sr, [HALTED_SIZES[0],
-                                                 HALTED_SIZES[-1]]
-                             if ctx.quick else HALTED_SIZES),
+            "halted": by_size(ctx, dp, dest_sr, [HALTED_SIZES[0],
+                                                  HALTED_SIZES[-1]]
+                              if ctx.quick else HALTED_SIZES, HALTED),
             "plain_copy": plain_copy(ctx, dp, dest_sr, full),
             "full": with_writer(ctx, dp, dest_sr, full, rates)}
