@@ -36,11 +36,29 @@ PROXY_DIR = "/var/run/nbdproxy/export"
 # send_start's dom0 attach: xapi's dp "mirror_" ^ the VBD's dp
 # (xapi_vm_migrate.ml), here the running guest's first disk
 SOURCE_DP = "mirror_vbd/%s/xvda" % GUEST
+HALTED_VM = "6f1d2c3b-4a5e-4f60-8b7a-9c8d7e6f5a4b"
 MIG_SIZE = 32 << 20      # each round is a copy of it under emulation
 WRITE_EVERY = 0.2        # s: a busy guest the emulated link outpaces, so
                          # rounds shrink (a flood makes each snapshot wait
                          # a minute under one emulated vCPU; the benchmark
                          # plays faster writers)
+
+
+def send_start(vm, destination, domain=GUEST, dp=SOURCE_DP,
+               cut_after=None):
+    """xapi's send_start on the source: the VDI attached in dom0 for the
+    dp "mirror_" ^ the VBD's (not activated), xapi's one-shot proxy to
+    the destination, Data.mirror(uri, the VM's domid, the proxy's URI).
+    Returns (the dom0 domain, the proxy, the operation)."""
+    dom0 = domain_of(dp, "0")
+    vm("Datapath.attach", domain=dom0)
+    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket,
+                  cut_after=cut_after)
+    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
+                                              MIRROR_VM)
+    op = vm("Data.mirror", domain=domain, remote=remote)
+    assert op[0] == "MirrorV1"
+    return dom0, proxy, op
 
 
 def wait_complete(dp, key, bound=900):
@@ -161,13 +179,7 @@ def migrate_live(dp, plugin, sr, destination, released):
         writer.start()
         released.append(writer)
     # the source: send_start
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)  # live_vm: domid
-    assert op[0] == "MirrorV1"
+    dom0, proxy, op = send_start(vm, destination)
     seen = wait_complete(dp, op[1])
     progress = [s.get("progress", 0.0) for s in seen]
     assert progress == sorted(progress) and progress[-1] == 1.0
@@ -261,13 +273,10 @@ def test_a_halted_vms_disk_moves_to_another_zfs_ng_sr(
         f.seek(MIG_SIZE - 512)
         f.write(os.urandom(512))                 # a sub-block write
     vm = Xapi(dp, plugin, sr, src, repeat=False)
-    dom0 = domain_of("mirror_vbd/%s/%s" % (SOURCE_DP, src["key"]), "0")
-    vm("Datapath.attach", domain=dom0)           # send_start, no activate
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM),
-                  zfsng_destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (zfsng_destination.export,
-                                              PROXY_DIR, MIRROR_VM)
-    op = vm("Data.mirror", domain="-1", remote=remote)
+    # a halted VM's VBD dp: vbd/<vm uuid>/<vdi uuid> (storage_access.ml)
+    dom0, proxy, op = send_start(vm, zfsng_destination, domain="-1",
+                                 dp="mirror_vbd/%s/%s" % (HALTED_VM,
+                                                          src["key"]))
     seen = wait_complete(dp, op[1])
     assert seen[-1]["progress"] == 1.0
     job = job_gone(op[1])
@@ -302,12 +311,7 @@ def test_a_mirror_lost_after_complete_stops_the_move(
     writer = Writer(tapdev, 3, MIG_SIZE, WRITE_EVERY)
     writer.start()
     released.append(writer)
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    dom0, proxy, op = send_start(vm, destination)
     wait_complete(dp, op[1])
     proxy.cut.set()
     time.sleep(2)                    # the guest writes on: not mirrored
@@ -401,12 +405,7 @@ def test_a_pool_filled_during_the_mirror_keeps_the_guests_disk(
     zvol = "/dev/zvol/" + dataset(src)
     vm = Xapi(dp, plugin, sr, src, repeat=False)
     tapdev, _ = vm.start(domain=GUEST)
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    dom0, proxy, op = send_start(vm, destination)
     wait_complete(dp, op[1])
     pool = sr.split("/")[0]
     fill_pool(pool)
@@ -445,12 +444,7 @@ def test_a_disk_its_pool_cannot_guard_is_not_mirrored(
     tapdev, _ = vm.start(domain=GUEST)
     data = os.urandom(BLOCK)
     write_direct(tapdev, [(0, data)])
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    dom0, proxy, op = send_start(vm, destination)
     got = stat_until(dp, op[1], lambda s: s["failed"])
     assert not got["complete"]
     job = job_gone(op[1])
@@ -474,12 +468,7 @@ def test_a_guest_rebooted_during_its_move_fails_the_move(
                  size=MIG_SIZE, sharable=False)
     vm = Xapi(dp, plugin, sr, src, repeat=False)
     tapdev, _ = vm.start(domain=GUEST)
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    dom0, proxy, op = send_start(vm, destination)
     wait_complete(dp, op[1])
     vm.stop(domain=GUEST)               # the reboot: epoch_end, ...
     assert job_gone(op[1])["phase"] == "done"
@@ -517,13 +506,8 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
     writer = Writer(tapdev, 2, MIG_SIZE, WRITE_EVERY)
     writer.start()
     released.append(writer)
-    dom0 = domain_of(SOURCE_DP, "0")
-    vm("Datapath.attach", domain=dom0)             # send_start
-    proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), destination.socket,
-                  cut_after=(8 << 20) if when == "copying" else None)
-    remote = "nbd+unix:///%s?socket=%s/%s" % (destination.export, PROXY_DIR,
-                                              MIRROR_VM)
-    op = vm("Data.mirror", domain=GUEST, remote=remote)
+    dom0, proxy, op = send_start(
+        vm, destination, cut_after=(8 << 20) if when == "copying" else None)
     if when == "mirroring":
         job_until(op[1], "mirroring")     # complete, xapi not told yet
         time.sleep(1)
