@@ -255,7 +255,8 @@ def attached(sr="tank"):
 
 def test_a_period_writes_every_figure(pool):
     attached()
-    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(
+        SR_UUID)) == srmetrics.SAMPLED
     got = rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
     assert got["zfs_write_iops"]["value"] == 340.0
     assert got["zfs_health"]["value"] == 0.0
@@ -270,7 +271,8 @@ def test_a_period_writes_every_figure(pool):
 def test_a_gone_pool_is_published_as_such_and_counted(pool):
     attached()
     pool.out = {"iostat": "", "list": "", "get": ""}
-    assert not srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(
+        SR_UUID)) == srmetrics.NOT_FOUND
     got = rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
     assert got["zfs_health"]["value"] == 2.0
     assert math.isnan(got["zfs_read_iops"]["value"])
@@ -284,7 +286,8 @@ def test_another_pools_figures_are_never_published(pool, get):
     published (NaN); the SR cannot serve data."""
     attached()
     pool.out["get"] = get
-    assert not srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(
+        SR_UUID)) == srmetrics.NOT_FOUND
     got = rrdv2.read_file(srmetrics.path(SR_UUID))["sources"]
     assert got.pop("zfs_health")["value"] == 2.0
     assert [k for k, v in got.items() if not math.isnan(v["value"])] == []
@@ -293,11 +296,26 @@ def test_another_pools_figures_are_never_published(pool, get):
 def test_the_writer_ends_when_the_sr_is_detached_or_its_file_gone(pool):
     attached()
     runfiles.remove(srmetrics._record(SR_UUID))
-    assert not srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(
+        SR_UUID)) == srmetrics.END
     attached()
     os.unlink(srmetrics.path(SR_UUID))
-    assert not srmetrics._period("tank", SR_UUID, srmetrics.sources(SR_UUID))
+    assert srmetrics._period("tank", SR_UUID, srmetrics.sources(
+        SR_UUID)) == srmetrics.END
     assert not os.path.exists(srmetrics.path(SR_UUID))   # never made again
+
+
+def test_a_detach_ends_the_writer_without_another_period(pool, monkeypatch):
+    """A detach is final: the writer ends at the period that finds it,
+    not a period later, and never counts it as its SR missing."""
+    attached()
+    slept = []
+    monkeypatch.setattr(srmetrics.time, "sleep", slept.append)
+    checks = iter([True])          # the loop's check; then detached
+    monkeypatch.setattr(srmetrics, "_attached",
+                        lambda *a: next(checks, False))
+    srmetrics._write("tank", SR_UUID)
+    assert (len(pool.argvs), slept) == (3, [])   # one sample, no sleep
 
 
 @pytest.mark.parametrize("get", ["", GET.replace(SR_UUID, "other")])

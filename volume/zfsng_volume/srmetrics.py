@@ -220,20 +220,29 @@ def _attached(sr, sr_uuid):
     return (runfiles.read_json(_record(sr_uuid)) or {}).get("sr") == sr
 
 
+# What a period found (_period): the SR's figures written; its dataset not
+# found as this SR's (figures unknown, counted towards GONE_LIMIT); or the
+# writer must end now (the SR detached, or its file removed).
+SAMPLED, NOT_FOUND, END = "sampled", "not found", "end"
+
+
 def _period(sr, sr_uuid, table):
-    """One sample written; False when the writer should end."""
+    """One sample written: SAMPLED or NOT_FOUND; END when the writer has
+    nothing left to write to. Kept apart because a missing SR may be a
+    moment's (an import, a rename) and is forgiven a while, whereas a
+    detach is final."""
     runner.start_call(PERIOD * 6)
     figures, found = poolstats.sample(meta.pool_of(sr), sr, SAMPLE)
     if not _attached(sr, sr_uuid):
-        return False
+        return END
     if found != sr_uuid:
         figures = _not_this_srs(figures)
     payload = rrdfile.encode(table, dict(
         ("zfs_" + k, v) for k, v in figures.items()), time.time())
     if not rrdfile.update(path(sr_uuid), payload):
         log.info("SR %s: its metrics file is gone", sr)
-        return False
-    return found == sr_uuid
+        return END
+    return SAMPLED if found == sr_uuid else NOT_FOUND
 
 
 def _not_this_srs(figures):
@@ -250,7 +259,10 @@ def _write(sr, sr_uuid):
     table, gone = sources(sr_uuid), 0
     while _attached(sr, sr_uuid) and os.path.exists(path(sr_uuid)):
         began = time.monotonic()
-        gone = 0 if _period(sr, sr_uuid, table) else gone + 1
+        found = _period(sr, sr_uuid, table)
+        if found == END:
+            return
+        gone = 0 if found == SAMPLED else gone + 1
         if gone >= GONE_LIMIT:
             log.info("SR %s: its pool is gone; I/O statistics end", sr)
             return
