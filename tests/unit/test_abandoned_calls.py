@@ -134,6 +134,19 @@ def test_a_call_that_timed_out_leaves_no_vdi(fake, sr, kind):
     assert set(listed(sr)) == keys
 
 
+def test_the_next_call_reads_the_records_once(fake, sr, monkeypatch):
+    """free_abandoned hands what it read to the collector, which used to
+    read every record (and every command's /proc entry) again."""
+    _, before, _, key = _time_out(fake, sr, KINDS[0])
+    reads = []
+    real = abandoned.finished
+    monkeypatch.setattr(abandoned, "finished",
+                        lambda s: reads.append(s) or real(s))
+    _next_call(sr, key)
+    assert datasets(fake) == before
+    assert len(reads) == 1
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_command_still_stuck_is_waited_for_then_freed(fake, sr, kind,
                                                          stuck):

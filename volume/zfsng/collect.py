@@ -86,10 +86,11 @@ def needed(rows):
                for r in rows)
 
 
-def collect(sr, rows=None):
+def collect(sr, rows=None, done=None):
     """Free what nothing needs any more, until nothing is left to free.
-    rows: the SR's listing (inventory.rows), if the caller has it."""
-    if _free_recorded(sr, rows):
+    rows: the SR's listing (inventory.rows), if the caller has it; done:
+    abandoned.finished(sr), if the caller has read it."""
+    if _free_recorded(sr, rows, done):
         rows = None
     for _ in range(ROUNDS):
         rows = inventory.rows(sr) if rows is None else rows
@@ -160,19 +161,20 @@ def free_abandoned(sr):
     commands are gone, then what that frees (an internal snapshot whose
     clone it was). Cheap when there is nothing: no command. Never raises:
     what it could not destroy stays recorded, the next call retries."""
-    if not abandoned.finished(sr):
+    done = abandoned.finished(sr)
+    if not done:
         return
     try:
-        collect(sr)
+        collect(sr, done=done)
     except errors.StorageError as exc:
         log.warning("collect %s: %s", sr, exc.message)
 
 
-def _free_recorded(sr, rows=None):
+def _free_recorded(sr, rows=None, done=None):
     """Destroy the datasets of the finished records of sr (the ones on the
     pool: their names are the records', the pool says which exist) and
     drop the records. Whether it destroyed anything."""
-    done = abandoned.finished(sr)
+    done = abandoned.finished(sr) if done is None else done
     if not done:
         return False
     present = set(r["name"] for r in (rows or inventory.rows(sr)))
