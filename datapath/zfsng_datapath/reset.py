@@ -68,8 +68,10 @@ from zfsng import errors, log, meta, names, revertsteps, zfs
 from zfsng_datapath import scope
 from zfsng_datapath.errors import NonpersistentResetBlocked
 
+# what the rotation's new zvol takes from the one set aside: the VDI's
+# identity, and its CBT state (xapi still has CBT on for it)
 _VDI_PROPS = [meta.VDI_UUID, meta.VDI_NAME, meta.VDI_DESCRIPTION,
-              meta.VDI_KEYS, meta.VDI_SHARABLE]
+              meta.VDI_KEYS, meta.VDI_SHARABLE, meta.CBT_ENABLED]
 # what meta.is_unmarked_clone reads beyond scope.COLUMNS
 _UNMARKED_COLUMNS = ["usedds", meta.DATAPATH_CLONE]
 

@@ -1245,6 +1245,19 @@ def test_close_after_a_backup_and_a_copy_resets_and_keeps_them(host, vdi):
     nothing_left(host)
 
 
+def test_a_tracked_disk_stays_tracked_across_a_rotation(host, vdi):
+    """The rotation's new zvol carries the VDI's CBT state with its other
+    properties: xapi still believes CBT on, and the next delta backup's
+    list_changed_blocks from an older snapshot needs it."""
+    sr, vol = vdi
+    call("Volume.enable_cbt", sr=sr, key=vol["key"])
+    vol, snap, clone, keep = rotation_scenario(host, sr, vol)
+    dp("Datapath.close", uri=uri_of(vol))
+    check_kept(host, sr, vol, keep)
+    assert stat(sr, vol)["cbt_enabled"] is True
+    assert host.zfs.local_props(dataset_of(vol))[meta.CBT_ENABLED] == "true"
+
+
 def test_open_after_a_crash_resets_a_pending_run_with_a_backup(host, vdi):
     """No close (host crash), a backup snapshot newer than the reset
     point: the next non-persistent start resets and keeps the snapshot."""
