@@ -11,14 +11,16 @@
 #
 # ZFSNG_PY36 if set, else pyenv's newest 3.6.x. A machine without one gets
 # 3.6.15 installed by pyenv (it must be there: the project does not build
-# interpreters itself). Fails with a clear message otherwise.
+# interpreters itself), unless ZFSNG_PY36_NO_INSTALL=1 (make demo, which
+# can do without). Fails with a clear message otherwise.
 set -euo pipefail
 if [ -n "${ZFSNG_PY36:-}" ]; then
     prefix=$ZFSNG_PY36
 else
     root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
     prefix=$(ls -d "$root"/versions/3.6.* 2>/dev/null | sort -V | tail -n1 || true)
-    if [ -z "$prefix" ] && command -v pyenv >/dev/null; then
+    if [ -z "$prefix" ] && [ "${ZFSNG_PY36_NO_INSTALL:-}" != 1 ] &&
+        command -v pyenv >/dev/null; then
         echo "python36.sh: installing CPython 3.6.15 with pyenv" >&2
         pyenv install -s 3.6.15 >&2
         prefix=$root/versions/3.6.15

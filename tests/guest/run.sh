@@ -6,7 +6,8 @@
 #   run.sh [--zfs 2.1|2.3] [--disks N] [--disk-size SIZE] [--mem MB]
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
 #          [--shared-disk FILE] [--cpus N] [--state DIR] [--throttle I:B]
-#          [--link-listen SOCKET | --link-connect SOCKET] -- <command...>
+#          [--link-listen SOCKET | --link-connect SOCKET]
+#          [--py36 required|optional] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -40,17 +41,20 @@
 # two hosts seeing one LUN. The host's CPython 3.6 (ZFSNG_PY36, default the
 # pyenv 3.6 tree) is attached as a read-only disk, mounted in the guest at
 # the same path and linked as /usr/local/bin/python3.6, the interpreter of
-# XCP-ng 8.3's dom0.
+# XCP-ng 8.3's dom0. --py36 optional (make demo) uses that tree when the
+# host has one and never installs it: without one the guest runs as it is,
+# with no /usr/local/bin/python3.6, and the command picks the guest's own
+# python3 (Debian's 3.11).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
-state= link= throttle=
+state= link= throttle= py36_need=required
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
-    sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -66,6 +70,7 @@ while [ $# -gt 0 ]; do
         --cpus) cpus=${2:?}; shift 2 ;;
         --state) state=${2:?}; shift 2 ;;
         --throttle) throttle=${2:?}; shift 2 ;;
+        --py36) py36_need=${2:?}; shift 2 ;;
         --link-listen) link="path=${2:?},server=on,wait=off"; shift 2 ;;
         --link-connect) link="path=${2:?},reconnect=1"; shift 2 ;;
         --) shift; break ;;
@@ -80,6 +85,8 @@ done
     { echo "run.sh: --throttle wants IOPS:BYTES_PER_SECOND" >&2; exit 2; }
 [ -z "$hostid" ] || [[ "$hostid" =~ ^[0-9a-f]{8}$ ]] ||
     { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
+[[ "$py36_need" =~ ^(required|optional)$ ]] ||
+    { echo "run.sh: --py36 wants required or optional" >&2; exit 2; }
 [ -z "$shared" ] || [ -f "$shared" ] ||
     { echo "run.sh: --shared-disk $shared is not a file" >&2; exit 2; }
 # The host's tools, installed one apt-get at a time: make check starts two
@@ -99,8 +106,15 @@ if [ ${#need[@]} -gt 0 ]; then
     ) 9>/var/lock/zfs-ng-host-packages.lock ||
         { echo "run.sh: cannot install ${need[*]}" >&2; exit 1; }
 fi
-py36=$(bash "$here/python36.sh")
-py36_img=$(bash "$here/python36.sh" --image)
+if [ "$py36_need" = optional ]; then
+    py36=$(ZFSNG_PY36_NO_INSTALL=1 bash "$here/python36.sh" 2>/dev/null) || py36=
+    [ -n "$py36" ] || echo "run.sh: no CPython 3.6 on this host: the guest" \
+        "runs the plugin with its own python3" >&2
+else
+    py36=$(bash "$here/python36.sh")
+fi
+py36_img=
+[ -z "$py36" ] || py36_img=$(bash "$here/python36.sh" --image)
 
 img=$(bash "$here/build-image.sh" "$zfs")
 img=$(bash "$here/blktap-image.sh" "$img")
@@ -130,9 +144,9 @@ fi
     echo '#!/bin/bash'
     printf 'py36=%q\n' "$py36"
     cat <<'EOF'
-mkdir -p "$py36" &&
+[ -z "$py36" ] || { mkdir -p "$py36" &&
     mount -o ro /dev/disk/by-id/virtio-zfsng-py36 "$py36" &&
-    ln -sf "$py36/bin/python3.6" /usr/local/bin/python3.6 ||
+    ln -sf "$py36/bin/python3.6" /usr/local/bin/python3.6; } ||
     echo "run.sh: cannot mount the CPython 3.6 disk" >&2
 # blktap: the driver, and a syslog reader (tapdisk's log and SMlog would
 # otherwise go to the console) writing to the guest's /var/log/messages.
@@ -180,8 +194,9 @@ if [ -n "$link" ]; then
         -device "virtserialport,bus=vser.0,chardev=link,name=zfsng.link")
 fi
 # The CPython 3.6 tree, read-only (see python36.sh --image).
-drives+=(-drive "file=$py36_img,format=raw,if=none,id=py36,readonly=on"
-    -device "virtio-blk-pci,drive=py36,serial=zfsng-py36")
+[ -z "$py36_img" ] ||
+    drives+=(-drive "file=$py36_img,format=raw,if=none,id=py36,readonly=on"
+        -device "virtio-blk-pci,drive=py36,serial=zfsng-py36")
 if [ -n "$shared" ]; then
     # No image locking: the other guest holds the same file open. Both
     # QEMUs go through this host's page cache, so each sees the other's
