@@ -41,6 +41,9 @@ from zfsng import collect, errors, inventory, lock, log, meta, wire, zfs, \
 from zfsng_datapath import scope, state, tapctl, uri as urimod
 from zfsng_datapath.errors import ComposePending, NotAttached
 
+MIN_BOUND = 16 << 20
+SINK_COLUMNS = ["name", "type", "used", "quota", meta.MIRROR_SINK]
+
 
 @wire.method("Datapath.import_activate")
 def import_activate(dbg, uri, domain):
@@ -59,7 +62,7 @@ def import_activate(dbg, uri, domain):
         sink = meta.sink_name(target.sr, target.head.rsplit("/", 1)[1])
         with lock.sr_lock(target.sr):
             leaf = scope.check(target)
-            _ensure_sink(sink, leaf)
+            sink = _ensure_sink(target.sr, sink, leaf)
         zvoldev.wait(sink)
         _serve(st, zvoldev.link(sink))
         st["device"], st["sink"] = sink, sink
@@ -67,28 +70,91 @@ def import_activate(dbg, uri, domain):
         return tapctl.nbd_fd_socket(st["pid"], st["minor"])
 
 
-def _ensure_sink(sink, leaf):
-    """Make the leaf's mirror sink, or find the one an earlier call made."""
+def _ensure_sink(sr, sink, leaf):
+    """Make the leaf's mirror sink, or find (and finish) the one an
+    earlier call made; its zvol's name. Under the SR lock."""
     uuid = meta.object_uuid(leaf["name"])
-    try:
-        row = zfs.get_one(sink, ["type", "volblocksize", meta.MIRROR_SINK],
-                          types="volume")
-    except errors.DatasetNotFound:
-        row = None
-    if row is not None and meta.is_sink(dict(row, name=sink)):
+    row = scope.row(sink, ["name", "type", "volblocksize", meta.MIRROR_SINK])
+    if row is not None and meta.is_sink(row) and row["type"] == "volume":
+        return sink    # made before the bound (an upgrade mid-move): kept
+    if row is None:
+        _make_bound(sr, sink, uuid)
+    elif not meta.is_sink(row):
+        _claim_unmarked(sr, sink, uuid, row)
+    volume = meta.sink_volume({"name": sink, "type": "filesystem"})
+    found = scope.row(volume, ["type", "volblocksize"])
+    if found is None:
+        log.info("making %s, the mirror sink of %s", volume, leaf["name"])
+        zfs.create_volume(volume, int(leaf["volsize"]),
+                          {"volblocksize": str(meta.SECTOR)})
+    elif found["type"] != "volume" or \
+            found.get("volblocksize") != str(meta.SECTOR):
+        raise errors.InvalidArgument(
+            "%s is in the way of the mirror sink of %s (zfs-ng did not "
+            "make it): rename or destroy it" % (volume, uuid))
+    return volume
+
+
+def _make_bound(sr, sink, uuid, finish=False):
+    """Create the sink's filesystem: its quota, no compression, never
+    mounted, then the mark. ZFS sets the quota (a special property) in
+    a sync task of its own before the others, the mark and compression
+    in one (zfs_set_prop_nvlist): a marked sink is bounded and its zvol
+    is made whole, inheriting compression=off."""
+    props = {"quota": str(bound(sr, sink)), "compression": "off",
+             "canmount": "off", meta.MIRROR_SINK: uuid}
+    if finish:
+        log.info("%s: a sink a crash left unmarked, finished", sink)
+        zfs.set_props(sink, props)
         return
-    if row is not None:     # ZFS sets -o properties after volblocksize
-        if row.get(meta.MIRROR_SINK) or \
-                row.get("volblocksize") != str(meta.SECTOR):
-            raise errors.InvalidArgument(
-                "%s is in the way of the mirror sink of %s (a zvol zfs-ng "
-                "did not make): rename or destroy it" % (sink, uuid))
+    log.info("making %s, the bounded mirror sink of %s (quota %s)", sink,
+             uuid, props["quota"])
+    zfs.create_filesystem(sink, props)
+
+
+def _claim_unmarked(sr, sink, uuid, row):
+    """What a crash inside an earlier call's ``zfs create`` left by the
+    sink's name, without its mark: an empty filesystem (finished) or a
+    512-byte zvol of the unbounded form (made again); anything else is
+    in the way (InvalidArgument, nothing changed)."""
+    if row["type"] == "filesystem" and not row.get(meta.MIRROR_SINK) and \
+            len(zfs.list_datasets(sink, ["name"], types="all")) == 1:
+        _make_bound(sr, sink, uuid, finish=True)
+        return
+    if row["type"] == "volume" and not row.get(meta.MIRROR_SINK) and \
+            row.get("volblocksize") == str(meta.SECTOR):
         log.info("%s: a sink a crash left unmarked, made again", sink)
         zfs.destroy(sink)
-    log.info("making %s, the mirror sink of %s", sink, leaf["name"])
-    zfs.create_volume(sink, int(leaf["volsize"]), {
-        "volblocksize": str(meta.SECTOR), "compression": "off",
-        meta.MIRROR_SINK: uuid})
+        _make_bound(sr, sink, uuid)
+        return
+    raise errors.InvalidArgument(
+        "%s is in the way of the mirror sink of %s (a dataset zfs-ng did "
+        "not make): rename or destroy it" % (sink, uuid))
+
+
+def bound(sr, sink):
+    """The quota of a new sink: half the room the SR has now, the room
+    being its ``available`` (the other VDIs' refreservations are out of
+    it already) less what the other sinks of the SR may still take (their
+    quota they have not used), at most CAP_PER_BYTE times its disk's size
+    (the most a 512-byte-block zvol takes: see the module docstring).
+    OutOfSpace, nothing changed, below MIN_BOUND: the move would fail at
+    its first writes."""
+    avail = int(zfs.get_one(sr, ["available"])["available"])
+    others = sum(max(0, int(r["quota"]) - int(r["used"])) for r in
+                 zfs.list_datasets(sr, SINK_COLUMNS, types="filesystem",
+                                   depth=1)
+                 if meta.is_sink(r) and r["name"] != sink and
+                 (r.get("quota") or "0").isdigit())
+    quota = (avail - others) // 2
+    if quota < MIN_BOUND:
+        raise errors.OutOfSpace(
+            "Datapath.import_activate: SR %s has %d bytes free, %d of them "
+            "held for the mirrors of other moves in: too little for the "
+            "writes of a move in (a VM's writes while it moves take several "
+            "times their size in the mirror sink). Free space on the SR, or "
+            "move the VM halted" % (sr, avail, others))
+    return quota
 
 
 def _serve(st, path):

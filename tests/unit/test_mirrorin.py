@@ -31,6 +31,11 @@ def receive(sr, vol):
     return create_volume(sr, size=vol["virtual_size"], name="disk")
 
 
+def sink_zvol(sr, vol):
+    """The zvol of the leaf's (bounded) sink, the mirror's writes."""
+    return meta.sink_name(sr, vol["key"]) + "/" + meta.SINK_VOLUME
+
+
 def served(host):
     """The (args, state) of the one VBD of the host."""
     [(pid, minor, args, _)] = host.tap.vbds()
@@ -44,12 +49,14 @@ def test_the_leafs_tapdisk_serves_its_sink(host, vdi):
     args, state, pid, minor = served(host)
     assert path == "/var/run/blktap-control/nbdserver-new%d.%d" % (pid,
                                                                    minor)
-    sink = meta.sink_name(sr, vol["key"])
-    assert args == "aio:" + host.link(sink) and state == 0
-    ds = host.zfs.dataset(sink)
+    sink, zvol = meta.sink_name(sr, vol["key"]), sink_zvol(sr, vol)
+    assert args == "aio:" + host.link(zvol) and state == 0
+    ds = host.zfs.dataset(zvol)
     assert (ds.volsize, ds.volblocksize) == (vol["virtual_size"], 512)
-    assert host.zfs.get(sink, "compression") == "off"
+    assert host.zfs.get(zvol, "compression") == "off"
     assert host.zfs.get(sink, meta.MIRROR_SINK) == vol["key"]
+    assert host.zfs.dataset(sink).kind == "filesystem"
+    assert 0 < int(host.zfs.get(sink, "quota"))
     # again: the same answer, nothing changed
     before = len(host.calls)
     assert dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR) == \
@@ -60,7 +67,8 @@ def test_the_leafs_tapdisk_serves_its_sink(host, vdi):
     # the sink is no VDI: the leaf, the dummy and the parent are listed
     listed = call("SR.ls", sr=sr)
     assert len(listed) == 3
-    assert all(v["uri"] != ["zfs-ng:///" + sink] for v in listed)
+    assert all(v["uri"] not in (["zfs-ng:///" + sink], ["zfs-ng:///" + zvol])
+               for v in listed)
 
 
 def test_a_leaf_not_active_here_is_refused_and_nothing_is_made(host, vdi):
@@ -89,7 +97,7 @@ def test_an_unpause_that_failed_is_finished_by_the_next_call(host, vdi):
     assert state == 0 and args.endswith(vol["key"])
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     args, state, _, _ = served(host)
-    assert state == 0 and args.endswith(vol["key"] + ".in")
+    assert state == 0 and args.endswith(sink_zvol(sr, vol))
 
 
 def test_an_unmarked_sink_is_made_again_a_foreign_zvol_refused(host, vdi):
@@ -99,6 +107,8 @@ def test_an_unmarked_sink_is_made_again_a_foreign_zvol_refused(host, vdi):
     host.zfs.admin("zfs create -s -V 1G -o volblocksize=512 %s" % sink)
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     assert host.zfs.get(sink, meta.MIRROR_SINK) == vol["key"]
+    assert host.zfs.dataset(sink).kind == "filesystem"   # the bounded form
+    assert served(host)[0].endswith(sink_zvol(sr, vol))
     other = create_volume(sr, size=vol["virtual_size"], name="other")
     call("Volume.snapshot", sr=sr, key=other["key"])
     dp("Datapath.attach", uri=uri_of(other), domain=MIR)
@@ -117,7 +127,7 @@ def test_receive_cancel_leaves_nothing(host, vdi):
     before = set(n for p in host.zfs.pools for n in p.datasets)
     parent = receive(sr, vol)
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
-    host.zfs.guest_write(meta.sink_name(sr, vol["key"]), 512, 1024)
+    host.zfs.guest_write(sink_zvol(sr, vol), 512, 1024)
     dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
     dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
     for key in [v["key"] for v in call("SR.ls", sr=sr)
@@ -134,7 +144,7 @@ def test_the_whole_receive_composes_the_leaf(host, vdi):
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     block = host.zfs.dataset(meta.vdi_dataset(sr, parent["key"])).volblocksize
     host.zfs.guest_write(meta.vdi_dataset(sr, parent["key"]), 0, 8 * block)
-    host.zfs.guest_write(meta.sink_name(sr, vol["key"]), 2 * block, 512)
+    host.zfs.guest_write(sink_zvol(sr, vol), 2 * block, 512)
     dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
     dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
     call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
@@ -175,7 +185,7 @@ def mirrored(host, sr, vol):
     pzvol = meta.vdi_dataset(sr, parent["key"])
     block = host.zfs.dataset(pzvol).volblocksize
     host.zfs.guest_write(pzvol, 0, 8 * block)
-    sink = meta.sink_name(sr, vol["key"])
+    sink = sink_zvol(sr, vol)
     host.zfs.guest_write(sink, 2 * block + 512, 512)
     host.zfs.guest_write(sink, 9 * block, block)
     dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
@@ -211,11 +221,11 @@ def test_a_leaf_whose_compose_failed_is_refused_not_served_empty(host, vdi):
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     dp("Datapath.activate", uri=uri_of(vol), domain=MIR)   # its own: fine
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
-    assert served(host)[0].endswith(vol["key"] + ".in")
+    assert served(host)[0].endswith(sink_zvol(sr, vol))
     dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
     dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
     sink = meta.sink_name(sr, vol["key"])
-    host.zfs.guest_write(sink, 0, 4096)
+    host.zfs.guest_write(sink_zvol(sr, vol), 0, 4096)
     for domain in ("7", "0"):
         before = len(host.calls)
         with pytest.raises(ComposePending) as err:
@@ -279,4 +289,4 @@ def test_the_mirrors_vbd_attached_again_keeps_serving_its_sink(host, vdi):
     dp("Datapath.attach", uri=uri_of(vol), domain=MIR)
     dp("Datapath.activate", uri=uri_of(vol), domain=MIR)
     args, state, _, _ = served(host)
-    assert state == 0 and args.endswith(vol["key"] + ".in")
+    assert state == 0 and args.endswith(sink_zvol(sr, vol))

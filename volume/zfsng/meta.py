@@ -44,10 +44,13 @@ Kinds (see the functions of the same names below)
                  CBT_BOOKMARK) keeps its properties (``is_data_destroyed``)
   cbt snapshot   ``<vol>@zfsng-cbt-<uuid>``: taken by list_changed_blocks
                  for the live disk, destroyed by it (``is_internal``)
-  mirror sink    ``<sr>/<leaf uuid>.in``, MIRROR_SINK: the zvol a storage
-                 migration's mirror writes the leaf's data into, one
-                 512-byte block per sector (``is_sink``); freed with its
-                 leaf. ``<sink>@zfsng-compose``: what Volume.compose reads
+  mirror sink    ``<sr>/<leaf uuid>.in``, MIRROR_SINK: a filesystem
+                 with a quota (the bound on its space) holding the zvol
+                 ``<sink>/writes`` a storage migration's mirror writes the
+                 leaf's data into, one 512-byte block per sector
+                 (``is_sink``, ``sink_volume``); a sink made before the
+                 bound is that zvol itself. Freed with its leaf.
+                 ``<sink zvol>@zfsng-compose``: what Volume.compose reads
                  its block births from (``is_internal``)
   composed       a parent zvol Volume.compose made whole: it carries the
                  leaf's uuid (vdi and COMPOSE_INTO, set in one command)
@@ -136,7 +139,13 @@ MIRROR_SNAPSHOT = "zfsng-sxm-"
 # reads its block births from <sink>@<COMPOSE_SNAPSHOT>; the parent, once
 # the writes are on it, carries the leaf's uuid in COMPOSE_INTO (and in
 # VDI_UUID) until it has the leaf's name (is_composing).
+# The sink is a filesystem with a quota, <sr>/<leaf uuid><SINK_SUFFIX>, and
+# the zvol is <sink>/<SINK_VOLUME>: ZFS bounds a zvol's space only through
+# a quota on a filesystem above it (zfsng_datapath/mirrorin.py says why and
+# how much). A sink made before that (a host upgraded mid-migration) is
+# the zvol <sr>/<leaf uuid><SINK_SUFFIX> itself, unbounded.
 SINK_SUFFIX = ".in"
+SINK_VOLUME = "writes"
 MIRROR_SINK = prop("mirror-sink")
 # A zvol a mirror guards (zfsng/spaceguard.py): its refreservation before.
 MIRROR_GUARD = prop("mirror-guard")
@@ -323,15 +332,36 @@ def is_composing(row):
 
 def is_sink(row):
     """A migration's mirror sink: <sr>/<leaf uuid>.in marked with that
-    uuid (an admin's zvol by such a name is not one)."""
+    uuid (an admin's dataset by such a name is not one), a filesystem
+    (bounded: its zvol inside) or a zvol (made before the bound)."""
     last = row["name"].rsplit("/", 1)[-1]
     uuid = last[:-len(SINK_SUFFIX)]
-    return row["type"] == "volume" and last.endswith(SINK_SUFFIX) and \
-        names.is_uuid(uuid) and row.get(MIRROR_SINK) == uuid
+    return row["type"] in ("volume", "filesystem") and \
+        last.endswith(SINK_SUFFIX) and names.is_uuid(uuid) and \
+        row.get(MIRROR_SINK) == uuid
 
 
 def sink_name(sr, leaf_uuid):
+    """The sink of a leaf, either form (``is_sink``)."""
     return vdi_dataset(sr, leaf_uuid) + SINK_SUFFIX
+
+
+def sink_volume(sink):
+    """The zvol the mirror writes into, of a sink's row (``is_sink``)."""
+    if sink["type"] == "volume":
+        return sink["name"]
+    return "%s/%s" % (sink["name"], SINK_VOLUME)
+
+
+def in_sink(row, sr):
+    """A bounded sink's zvol or its snapshot (they inherit its mark):
+    zfs-ng's own, listed below the sink, never directly under the SR."""
+    head = parent_of(row["name"])
+    sink, _, last = head.rpartition("/")
+    return last == SINK_VOLUME and sink.rsplit("/", 1)[0] == sr and \
+        row["type"] in ("volume", "snapshot") and \
+        is_sink({"name": sink, "type": "filesystem",
+                 MIRROR_SINK: row.get(MIRROR_SINK)})
 
 
 def composed_leaf(row):

@@ -6,7 +6,7 @@ since ZFS would refuse it in the middle of a later call.
 from zfsng import names
 from zfsng.meta import CBT_SNAPSHOT, bookmark, child_sr_dataset, \
     clone_name, compose_snapshot, creating_name, internal_snapshot, \
-    reset_point, sink_name, vdi_dataset
+    reset_point, sink_name, sink_volume, vdi_dataset
 
 
 MAX_NAME = names.MAX_NAME
@@ -24,7 +24,9 @@ def longest_name(sr):
     return max([vdi, creating_name(sr, _SAMPLE_UUID),
                 clone_name(sr, _SAMPLE_UUID), snapshot, bookmark(snapshot),
                 internal_snapshot(vdi, _SAMPLE_UUID), reset_point(vdi),
-                compose_snapshot(sink_name(sr, _SAMPLE_UUID)),
+                compose_snapshot(sink_volume({
+                    "name": sink_name(sr, _SAMPLE_UUID),
+                    "type": "filesystem"})),
                 "%s@%s%s" % (vdi, CBT_SNAPSHOT, _SAMPLE_UUID)], key=len)
 
 

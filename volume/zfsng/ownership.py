@@ -7,7 +7,7 @@ and the collector (free a hidden parent once nothing needs it) share, on
 from zfsng import names
 from zfsng.meta import CLONE_SUFFIX, DATAPATH_CLONE, NONPERSISTENT_SNAPSHOT, \
     VDI_UUID, bookmarked_snapshot, clones_of, is_data_destroyed, \
-    is_internal, is_sink, is_snapshot, is_unfinished_create, \
+    in_sink, is_internal, is_sink, is_snapshot, is_unfinished_create, \
     is_unmarked_clone, is_vdi, object_uuid, parent_of
 
 
@@ -38,10 +38,15 @@ def made_by_zfsng(row, sr):
     cut left unfinished (``is_unmarked_clone``, ``is_unfinished_create``:
     the rows need origin, usedds and DATAPATH_CLONE). Anything else
     (filesystems, other zvols, the admin's snapshots and bookmarks) is
-    not."""
+    not. A mirror sink, either form, is (the rows need MIRROR_SINK), and
+    a bounded one's zvol and snapshot below it."""
+    if in_sink(row, sr):
+        return True
     parent, _, last = parent_of(row["name"]).rpartition("/")
     if parent != sr:
         return False
+    if row["type"] == "filesystem":
+        return is_sink(row)
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)

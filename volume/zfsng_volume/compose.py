@@ -20,7 +20,9 @@ would leave the rest of that block as the leaf had it (zeros), and
 nothing would tell which bytes the guest wrote. So the datapath's
 Datapath.import_activate has the leaf's tapdisk write into the leaf's
 *mirror sink*, ``<sr>/<leaf uuid>.in`` (``meta.is_sink``): a zvol of
-512-byte blocks without compression, made empty for the mirror. Every
+512-byte blocks without compression, made empty for the mirror, inside a
+filesystem whose quota bounds its space (``<sink>/writes``; a sink made
+before the bound is the zvol itself: both are read the same). Every
 sector written there is one block with a birth time, zeros too (with
 compression on, ZFS would store an all-zero write as a hole without a
 birth where nothing was: zio_write_compress). Discards are not carried:
@@ -37,8 +39,9 @@ the leaf's uuid, labels and name, and the leaf's zvol goes with the
 dummy and the sink.
 
 Steps, each one command, and what a crash after each leaves:
-1. snapshot the sink, ``<sink>@zfsng-compose`` (zdb reads what is on
-   disk). Internal: the collector frees it if nothing follows.
+1. snapshot the sink's zvol, ``<zvol>@zfsng-compose`` (zdb reads what
+   is on disk). It goes with the sink; an unbounded sink's, directly
+   under the SR, is internal: the collector frees it if nothing follows.
 2. read the written ranges (zdb, else a full send), copy them onto the
    parent, flushed, outside the SR lock (see compose). All three VDIs
    are still what they were; a compose called again copies again (the
@@ -74,10 +77,11 @@ def compose(dbg, sr, key, key2):
     them, would wait. Meanwhile lock.reading keeps the collector off the
     sink's snapshot; a change to the three volumes in between fails the
     second check, before the commit."""
-    snap = meta.compose_snapshot(meta.sink_name(sr, key))
-    with lock.reading(snap):
+    held = meta.compose_snapshot(meta.sink_name(sr, key))
+    with lock.reading(held):     # the snapshot's name in an unbounded sink
         with vol.locked(sr):
             _, parent, sink = _checked(sr, key, key2)
+            snap = meta.compose_snapshot(sink["name"])
             if not zfs.exists(snap):
                 zfs.snapshot(snap)
         ranges = _written(snap, sink)
@@ -159,8 +163,8 @@ def _check_leaf_snapshots(rows, leaf, key):
 
 
 def _sink(sr, rows, leaf, key):
-    """The leaf's mirror sink, once it can be trusted to hold every sector
-    the mirror wrote."""
+    """The row of the zvol of the leaf's mirror sink (either form), once
+    it can be trusted to hold every sector the mirror wrote."""
     name = meta.sink_name(sr, key)
     found = [r for r in rows if r["name"] == name and meta.is_sink(r)]
     if not found:
@@ -169,6 +173,15 @@ def _sink(sr, rows, leaf, key):
             "a storage migration wrote through Datapath.import_activate "
             "can be composed" % (key, name))
     sink = found[0]
+    if sink["type"] != "volume":
+        name = meta.sink_volume(sink)
+        try:
+            sink = zfs.get_one(name, meta.VOLUME_COLUMNS, types="volume")
+        except errors.DatasetNotFound:
+            raise errors.InvalidArgument(
+                "Volume.compose: %s received no mirror (no %s): only a "
+                "disk a storage migration wrote through "
+                "Datapath.import_activate can be composed" % (key, name))
     compression = zfs.zfs("get", "-Hp", "-o", "value", "compression", "--",
                           name).strip()
     if int(sink["volblocksize"]) > meta.SECTOR or compression != "off" or \

@@ -429,7 +429,7 @@ def _finish_destroyed(sr):
 
 
 FOREIGN_COLUMNS = ["name", "type", "defer_destroy", "origin", "usedds",
-                   meta.VDI_UUID, meta.DATAPATH_CLONE]
+                   meta.VDI_UUID, meta.DATAPATH_CLONE, meta.MIRROR_SINK]
 
 
 def other_data(sr):

@@ -83,9 +83,31 @@ class Accounting(object):
         avail = self._pool_avail(pool)
         if ds is not None and ds.kind == "volume":
             avail += self._usedrefreserv(ds)
-        if need > avail:
+        room = self._quota_room(pool, ds) if ds is not None else None
+        if room is not None and need > room and need <= avail:
+            what = "disk quota exceeded"   # EDQUOT (dsl_dir_tempreserve)
+        if need > avail or (room is not None and need > room):
             raise CommandError("%s: %s" % (prefix or "cannot write '%s'"
                                            % name, what))
+
+    @staticmethod
+    def _quota(ds):
+        """A filesystem's quota (local only: quota is not inherited); 0 is
+        none."""
+        return int(ds.props.get("quota") or 0) if ds.kind == "filesystem" \
+            else 0
+
+    def _quota_room(self, pool, ds):
+        """What the quotas of ds and the filesystems above it still allow
+        it to take (quota less the quota holder's used), or None."""
+        room, name = None, _head(ds.name)
+        while name is not None:
+            holder = pool.datasets.get(name)
+            if holder is not None and self._quota(holder):
+                left = max(0, self._quota(holder) - self._used(pool, holder))
+                room = left if room is None else min(room, left)
+            name = _parent_name(name)
+        return room
 
     # properties
 
@@ -135,8 +157,7 @@ class Accounting(object):
             if snap:
                 return None
             return str({
-                "available": lambda: self._pool_avail(pool) + (
-                    self._usedrefreserv(ds) if is_vol else 0),
+                "available": lambda: self._available(pool, ds, is_vol),
                 "usedbydataset": lambda: self._usedds(ds),
                 "usedbysnapshots": lambda: self._usedsnap(pool, ds),
                 "usedbychildren": lambda: self._usedchild(pool, ds),
@@ -147,6 +168,9 @@ class Accounting(object):
             }[{"avail": "available", "usedds": "usedbydataset",
                "usedsnap": "usedbysnapshots", "usedchild": "usedbychildren",
                "usedrefreserv": "usedbyrefreservation"}.get(prop, prop)]())
+        if prop == "quota":
+            # -p prints none as 0; a zvol or a snapshot has none ("-")
+            return None if snap or is_vol else str(self._quota(ds))
         if prop in ("volsize", "volblocksize"):
             # A snapshot of a zvol shows its volsize but no volblocksize
             # ("-"): seen on OpenZFS 2.1 and 2.3 (tests/integration/
@@ -179,6 +203,14 @@ class Accounting(object):
             return value if value is not None else NATIVE_DEFAULTS[prop]
         raise CommandError("bad property list: invalid property '%s'" % prop,
                            rc=2)
+
+    def _available(self, pool, ds, is_vol):
+        """The pool's free space (plus a zvol's unused refreservation),
+        within the quotas of the dataset and those above it."""
+        avail = self._pool_avail(pool) + (
+            self._usedrefreserv(ds) if is_vol else 0)
+        room = self._quota_room(pool, ds)
+        return avail if room is None else min(avail, room)
 
     def _source(self, pool, ds, prop):
         if prop in ds.props:
@@ -239,6 +271,13 @@ class Accounting(object):
                     raise CommandError("%s: 'refreservation=auto' only "
                                        "supported on volumes" % errprefix)
             elif value != "none" and parse_size(value) is None:
+                raise CommandError("%s: bad numeric value '%s'"
+                                   % (errprefix, value))
+        elif key == "quota":
+            if kind != "filesystem":
+                raise CommandError("%s: 'quota' does not apply to datasets "
+                                   "of this type" % errprefix)
+            if value != "none" and parse_size(value) is None:
                 raise CommandError("%s: bad numeric value '%s'"
                                    % (errprefix, value))
         elif key == "volsize":

@@ -181,8 +181,12 @@ class ZfsCommands(object):
                 int(props.get("volsize", ds.volsize)), ds.volblocksize))
         elif props.get("refreservation") not in (None, "none"):
             props["refreservation"] = str(parse_size(props["refreservation"]))
+        if "quota" in props:
+            props["quota"] = str(parse_size(props["quota"]) or 0) \
+                if props["quota"] != "none" else "0"
         failed = []
-        special = [k for k in props if k in ("volsize", "refreservation")]
+        special = [k for k in props
+                   if k in ("volsize", "refreservation", "quota")]
         old_volsize = ds.volsize
         retry = [k for k in special if not self._set_special(
             pool, ds, k, props[k])]
@@ -206,6 +210,9 @@ class ZfsCommands(object):
     def _set_special(self, pool, ds, key, value):
         """zfs_prop_set_special() for volsize and refreservation: whether
         it took (a refreservation needs the free space it adds)."""
+        if key == "quota":
+            ds.props[key] = value
+            return True
         if key == "volsize":
             if int(value) != ds.volsize:
                 pool.txg += 1
@@ -272,6 +279,9 @@ class ZfsCommands(object):
             if self._too_big(props):
                 raise self._internal_error(errprefix,
                                            "Argument list too long")
+            if "quota" in props:
+                props["quota"] = str(parse_size(props["quota"]) or 0) \
+                    if props["quota"] != "none" else "0"
             ds = self._new_dataset(pool, name, kind, self._cut(props))
             ds.refer = FS_BASE
             return ""
