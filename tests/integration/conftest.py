@@ -499,15 +499,17 @@ class SharedSR(object):
 SHARED = SharedSR()
 
 
-def one_disk_sr(plugin, disks, new_uuid, name):
+def one_disk_sr(plugin, disks, new_uuid, name, config=None):
     """A fixture's body: an SR (and pool) called name on the first spare
-    disk, attached; emptied after the test and kept for the module's next
-    test that asks for it (SharedSR), destroyed at the module's end."""
+    disk (config: more device-config), attached; emptied after the test
+    and kept for the module's next test that asks for it (SharedSR),
+    destroyed at the module's end."""
     if SHARED.pool() != name:
         SHARED.drop()
         wipe(disks)
+        configuration = dict(config or {}, device=disks[0])
         stored = plugin("SR.create", uuid=new_uuid(), name=name,
-                        description="", configuration={"device": disks[0]})
+                        description="", configuration=configuration)
         SHARED.keep(name, plugin("SR.attach", configuration=stored))
     yield SHARED.answer
     SHARED.empty()

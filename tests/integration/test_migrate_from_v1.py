@@ -67,17 +67,23 @@ class Source(object):
         os.makedirs("/mnt/v1sr", exist_ok=True)
         sh("mount", "/dev/zvol/" + self.dev, "/mnt/v1sr")
         self.path = "/mnt/v1sr/disk.raw"
-        rng = random.Random(seed)
         with open(self.path, "wb") as f:
-            f.write(rng.getrandbits(8 * DISK).to_bytes(DISK, "little"))
-            f.seek(5 * MiB)
-            f.write(bytes(MiB))                  # a region of zeros
+            f.write(self.initial(seed))
         self.pid = int(sh("tap-ctl", "spawn").strip())
         self.tapdev = sh("tap-ctl", "allocate").strip()
         self.minor = int(self.tapdev.rsplit("tapdev", 1)[1])
         sh("tap-ctl", "attach", "-p", str(self.pid), "-m", str(self.minor))
         sh("tap-ctl", "open", "-p", str(self.pid), "-m", str(self.minor),
            "-a", "aio:" + self.path)
+
+    @staticmethod
+    def initial(seed):
+        """The disk's content before the guest writes: random bytes, and
+        a region of zeros."""
+        data = bytearray(random.Random(seed).getrandbits(8 * DISK).to_bytes(
+            DISK, "little"))
+        data[5 * MiB:6 * MiB] = bytes(MiB)
+        return bytes(data)
 
     def tap(self, *args):
         sh("tap-ctl", args[0], "-p", str(self.pid), "-m", str(self.minor),
@@ -107,12 +113,14 @@ class Source(object):
 
 class Guest(threading.Thread):
     """The VM: 4 KiB writes at sector boundaries through the source's
-    tapdev (O_DIRECT), random data or, one in four, zeros."""
+    tapdev (O_DIRECT), random data or, one in four, zeros; pause seconds
+    between two; each one kept in self.log when log is a list."""
 
-    def __init__(self, tapdev, seed):
+    def __init__(self, tapdev, seed, pause=0.01, log=None):
         threading.Thread.__init__(self, daemon=True)
         self.tapdev, self.rng = tapdev, random.Random(seed)
         self.stop, self.count, self.error = threading.Event(), 0, None
+        self.pause, self.log = pause, log
 
     def run(self):
         buf = mmap.mmap(-1, 4 * KiB)
@@ -124,8 +132,10 @@ class Guest(threading.Thread):
                           os.urandom(4 * KiB))
                 at = self.rng.randrange((DISK - 4 * KiB) // 512) * 512
                 os.pwrite(fd, buf, at)
+                if self.log is not None:
+                    self.log.append((at, bytes(buf)))
                 self.count += 1
-                self.stop.wait(0.01)
+                self.stop.wait(self.pause)
         except OSError as exc:
             self.error = exc
         finally:
@@ -252,7 +262,7 @@ def test_a_receive_cancelled_at_any_step_leaves_nothing(plugin, dp, sr,
     if at >= 1:
         dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
     if at >= 2:
-        write_direct("/dev/zvol/%s/%s.in" % (sr, leaf["key"]),
+        write_direct("/dev/zvol/%s/%s.in/writes" % (sr, leaf["key"]),
                      [(3 * MiB + 512, os.urandom(4 * KiB))])
     if at >= 3:
         device = attach_dom0(dp, parent, call=once)
@@ -276,4 +286,135 @@ def test_a_receive_cancelled_at_any_step_leaves_nothing(plugin, dp, sr,
     assert plugin("SR.ls", sr=sr) == []
     assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
               sr).split() == [sr], step
+    nothing_left(sr)
+
+
+# --- a move in whose mirror sink reaches its bound ---------------------------
+
+KEEP = 64 * MiB     # the destination's free space when the move starts
+
+
+@pytest.fixture
+def sr12(plugin, disks, new_uuid):
+    """An SR on an ashift=12 pool (4 KiB sectors: a 512-byte block of the
+    sink takes 4 KiB there)."""
+    yield from one_disk_sr(plugin, disks, new_uuid, "v1mig12",
+                           {"ashift": "12"})
+
+
+def zget(name, prop):
+    return int(sh("zfs", "get", "-Hp", "-o", "value", prop, name))
+
+
+def tapdisk_lines(pid, since):
+    """The syslog lines of tapdisk pid after the first since lines."""
+    mark = "tapdisk[%d]:" % pid
+    with open("/var/log/messages", errors="replace") as f:
+        return [line.rstrip() for line in list(f)[since:] if mark in line]
+
+
+def refused_errno(zvol):
+    """The errno of an O_DIRECT write (tapdisk's aio) into a full sink:
+    4 KiB writes into its free sectors until one fails (a few may fit)."""
+    for at in range(0, DISK, 4 * KiB):
+        try:
+            write_direct("/dev/zvol/" + zvol, [(at, os.urandom(4 * KiB))])
+        except OSError as exc:
+            return exc.errno
+    return None
+
+
+def test_a_move_in_whose_sink_fills_fails_and_the_pool_keeps_room(
+        plugin, dp, sr12):
+    """The destination has KEEP bytes free (the rest held by another
+    dataset's reservation, as thick VDIs hold theirs). The sink's quota is
+    half of it. The guest writes until the sink is full: then the leaf's
+    tapdisk gets an error from the zvol, answers the mirror's write with
+    an error, and the source's tapdisk drops the mirror (nbd_mirror_failed,
+    which xapi checks): the guest's writes all succeed, on the source
+    alone, which holds every one. The pool keeps room: another VDI there
+    still writes. receive_cancel then leaves nothing."""
+    sr = sr12
+    with open("/var/log/messages", errors="replace") as f:
+        since = len(f.readlines())
+    source = Source(sr, 9)
+    leaf, dummy, parent = receive_start(plugin, dp, sr, "")
+    other = plugin("Volume.create", sr=sr, name="other", description="",
+                   size=DISK, sharable=False)
+    sh("zfs", "create", "-o", "canmount=off", "-o", "reservation=%d" % (
+        zget(sr, "available") - KEEP), sr + "/held")
+    free = zget(sr, "available")
+    path = dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
+    sink = "%s/%s.in" % (sr, leaf["key"])
+    zvol = sink + "/writes"
+    quota = zget(sink, "quota")
+    assert free // 2 - MiB <= quota <= free // 2
+    log = []
+    guest = Guest(source.tapdev, 10, pause=0, log=log)
+    guest.start()
+    here, there = socket.socketpair()
+    pass_fd(path, there.fileno(), DP)
+    pass_fd("/var/run/blktap-control/nbdclient%d" % source.pid,
+            here.fileno(), DP)
+    here.close()
+    there.close()
+    source.tap("pause")
+    sh("cp", "--sparse=always", source.path, "/mnt/v1sr/snap.raw")
+    source.tap("unpause", "-2", "nbd:" + DP)
+    device = attach_dom0(dp, parent, call=once)
+    copy_sparse("/mnt/v1sr/snap.raw", device)
+    detach_dom0(dp, parent, call=once)
+
+    def stats():
+        return json.loads(sh("tap-ctl", "stats", "-p", str(source.pid),
+                             "-m", str(source.minor)))
+
+    started, deadline = guest.count, time.monotonic() + 900
+    while stats()["nbd_mirror_failed"] == 0:       # xapi's check
+        assert time.monotonic() < deadline and guest.is_alive(), \
+            (guest.count, zget(sink, "used"), quota, guest.error)
+        time.sleep(2)
+    failed_at = guest.count
+    time.sleep(2)                                  # the guest writes on
+    guest.stop.set()
+    guest.join(30)
+    assert guest.error is None and guest.count > failed_at > started
+    used, left = zget(sink, "used"), zget(sr, "available")
+    print("sink bound: %d writes of 4 KiB, quota %d, sink used %d, zvol "
+          "used %d logicalused %d (ashift 12, one disk), pool available "
+          "%d of %d" % (failed_at, quota, used, zget(zvol, "used"),
+                        zget(zvol, "logicalused"), left, free))
+    assert used <= quota + MiB
+    assert left >= free - quota - DISK - 4 * MiB   # less the parent's copy
+    print("a write into the full sink: errno %s" % refused_errno(zvol))
+    src_log = tapdisk_lines(source.pid, since)
+    print("\n".join(line for line in src_log if "rror" in line)[-2000:])
+    assert any("Error in reply" in line for line in src_log)
+    assert any("NBD secondary - disabling mirroring" in line
+               for line in src_log)
+    # another VDI of the destination pool writes on
+    device = attach_dom0(dp, other, call=once)
+    write_direct(device, [(at, os.urandom(64 * KiB))
+                          for at in range(0, 4 * MiB, 64 * KiB)])
+    detach_dom0(dp, other, call=once)
+    # the source holds every write of the guest
+    source.close()
+    want = bytearray(Source.initial(9))
+    for at, data in log:
+        want[at:at + len(data)] = data
+    assert source.digest() == hashlib.sha256(want).hexdigest()
+    # receive_cancel
+    dp("Datapath.deactivate", uri=uri(leaf), domain=MIRROR_VM)
+    dp("Datapath.detach", uri=uri(leaf), domain=MIRROR_VM)
+    for key in (dummy["key"], leaf["key"], parent["key"]):
+        try:
+            plugin("Volume.destroy", sr=sr, key=key)
+        except Exception:
+            pass                             # xapi logs and ignores it
+    assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [other["key"]]
+    plugin("Volume.destroy", sr=sr, key=other["key"])
+    sh("zfs", "destroy", sr + "/held")
+    source.remove()
+    assert sh("zfs", "list", "-H", "-o", "name", "-r", "-t", "all",
+              sr).split() == [sr]
     nothing_left(sr)
