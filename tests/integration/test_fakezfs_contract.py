@@ -73,12 +73,14 @@ for _dir in ("tests/unit", "volume", "datapath"):
         sys.path.insert(0, _path)
 
 import fakezfs  # noqa: E402
-from zfsng import abandoned, errors, lock, names, runner, wire, zfs  # noqa: E402
+from zfsng import abandoned, collect, errors, inventory, lock, meta, \
+    names, runner, wire, zfs  # noqa: E402
 from zfsng_volume import alert, cleanup  # noqa: E402
 from zfsng_volume import main as volmain  # noqa: E402
 from zfsng import zvoldev  # noqa: E402
 from zfsng_datapath import state  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
+from zfsng_datapath import mirrorin  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -164,6 +166,17 @@ class Run(object):
         LongString, list_changed_blocks' bitmap, goes in pieces)."""
         return json.loads(b"".join(wire.dump(wire.call(
             method, args, self.handlers))).decode("utf-8"))
+
+    def step(self, label, action):
+        """A step below the plugin's calls (a module's function): its
+        result, or the class of its typed error, is the outcome."""
+        start = len(self.recorder.records)
+        try:
+            outcome = ("ok", action())
+        except errors.StorageError as exc:
+            outcome = ("error", type(exc).__name__)
+        self.steps.append((label, "step", outcome,
+                           self.recorder.records[start:]))
 
     def need(self, label, method, **args):
         """A call the next ones build on: it must succeed."""
@@ -288,6 +301,64 @@ def cbt_scenario(run):
         c("destroy " + label, "Volume.destroy", sr=sr, key=k)
     c("ls at the end", "SR.ls", sr=sr)
     c("destroy SR", "SR.destroy", sr=sr)
+
+
+def sink_scenario(run):
+    """A migration's bounded mirror sink (zfsng_datapath/mirrorin.py):
+    made (a filesystem with a quota, its zvol inside), found again, its
+    bound computed; the quota as zfs lists it (filesystems, zvols), set
+    on a zvol (refused), and what a write under it leaves available; the
+    SR's listing with it; freed with its leaf; an unmarked one (a cut
+    inside its create) listed and collected."""
+    d1 = run.disks[0]
+    c, need, step = run.call, run.need, run.step
+    stored = need("create SR", "SR.create", uuid=SR_A, name=POOL,
+                  description="sink", configuration={"device": d1})
+    sr = need("attach", "SR.attach", configuration=stored)
+    key = need("create leaf", "Volume.create", sr=sr, name="leaf",
+               description="", size=16 * MiB, sharable=False)["key"]
+    leaf, sink = "%s/%s" % (sr, key), meta.sink_name(sr, key)
+
+    def make():
+        """The sink, with a quota both sides agree on (the bound comes
+        from the pool's free space, which differs by nature)."""
+        computed = mirrorin.bound
+        mirrorin.bound = lambda sr, sink: 8 * MiB
+        try:
+            return mirrorin._ensure_sink(sr, sink, zfs.get_one(
+                leaf, ["name", "volsize"]))
+        finally:
+            mirrorin.bound = computed
+
+    step("make the sink", make)
+    step("find the sink again", make)
+    step("list quotas", lambda: zfs.list_datasets(
+        sr, ["name", "type", "quota", "compression", meta.MIRROR_SINK],
+        types="filesystem,volume"))
+    step("quota on a zvol", lambda: zfs.set_props(leaf, {"quota": "1M"}))
+    run.write(sink + "/" + meta.SINK_VOLUME, 0, 2 * MiB)
+
+    def left():
+        row = zfs.get_one(sink + "/" + meta.SINK_VOLUME,
+                          ["used", "available", "quota"])
+        return [row["quota"], int(row["used"]) >= 2 * MiB,
+                int(row["available"]) <= 8 * MiB - int(row["used"])]
+
+    step("what the sink's zvol has left", left)
+    step("another sink's bound", lambda: mirrorin.bound(
+        sr, meta.sink_name(sr, SR_B)) > 0)
+    step("the SR's rows", lambda: [r["name"] for r in inventory.rows(sr)])
+    c("destroy the leaf", "Volume.destroy", sr=sr, key=key)
+    step("an unmarked sink", lambda: zfs.create_filesystem(
+        sink, {"canmount": "off"}))
+    step("the SR's rows with it", lambda: [
+        r["name"] for r in inventory.rows(sr)])
+    step("collect", lambda: collect.collect(sr))
+    c("ls at the end", "SR.ls", sr=sr)
+    c("destroy SR", "SR.destroy", sr=sr)
+
+
+SINK_EXPECTED_ERRORS = {"quota on a zvol": "ZfsError"}
 
 
 CBT_EXPECTED_ERRORS = {
@@ -660,6 +731,24 @@ def test_the_fake_answers_the_cbt_commands_as_real_zfs(
                     cbt_scenario, fake.guest_write)
     assert not fake.unknown, fake.unknown
     assert_same(real, fake_run, CBT_EXPECTED_ERRORS, ".cbt")
+
+
+def test_the_fake_answers_the_sinks_commands_as_real_zfs(
+        disks, monkeypatch, tmp_path):
+    """sink_scenario on both sides: quota (a filesystem's, listed with
+    zvols, refused on a zvol, what it leaves available), a filesystem
+    below the SR and a zvol inside it."""
+    from zfsng import hostid
+    one = disks[:1]
+    real = play(runner.SubprocessRunner(), one, monkeypatch,
+                str(tmp_path / "real"), sink_scenario, guest_write)
+    fake = fake_host(one, hostid.current())
+    with monkeypatch.context() as m:
+        m.setattr(zvoldev, "wait", fake_device_wait)
+        fake_run = play(fake, one, monkeypatch, str(tmp_path / "fake"),
+                        sink_scenario, fake.guest_write)
+    assert not fake.unknown, fake.unknown
+    assert_same(real, fake_run, SINK_EXPECTED_ERRORS, ".sink")
 
 
 def assert_same(real, fake_run, expected_errors, dump_suffix):

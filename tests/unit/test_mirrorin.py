@@ -15,6 +15,7 @@ import pytest
 from zfsng import collect, errors, meta
 
 from conftest import call, create_volume
+from crashpoint import CrashAfter, CutInside, Killed, commands_run, installed
 from test_datapath import dp, host, nothing_left, uri_of, vdi  # noqa: F401
 from zfsng_datapath import state
 from zfsng_datapath.errors import ComposePending, NotAttached
@@ -36,9 +37,13 @@ def sink_zvol(sr, vol):
     return meta.sink_name(sr, vol["key"]) + "/" + meta.SINK_VOLUME
 
 
-def served(host):
-    """The (args, state) of the one VBD of the host."""
-    [(pid, minor, args, _)] = host.tap.vbds()
+def served(host, vol=None):
+    """The (args, state, pid, minor) of the one VBD of the host (of the
+    VDI vol's, when given)."""
+    [(pid, minor, args, _)] = [
+        v for v in host.tap.vbds() if vol is None or
+        (v[2] or "").split("/")[-1].startswith(vol["key"]) or
+        ("/%s.in/" % vol["key"]) in (v[2] or "")]
     return args, host.tap.tapdisks[pid][minor]["state"], pid, minor
 
 
@@ -290,3 +295,214 @@ def test_the_mirrors_vbd_attached_again_keeps_serving_its_sink(host, vdi):
     dp("Datapath.activate", uri=uri_of(vol), domain=MIR)
     args, state, _, _ = served(host)
     assert state == 0 and args.endswith(sink_zvol(sr, vol))
+
+
+# --- the sink's bound ---------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def available(host, name):
+    return int(host.zfs.get(name, "available"))
+
+
+def hold_all_but(host, sr, keep):
+    """Another dataset's reservation takes the SR's free space but keep
+    bytes (as thick VDIs hold theirs)."""
+    size = (available(host, sr) - keep) // MiB * MiB
+    host.zfs.admin("zfs create -s -V %d %s/held" % (size, sr))
+    host.zfs.admin("zfs set refreservation=%d %s/held" % (
+        available(host, sr) - keep, sr))
+    assert abs(available(host, sr) - keep) < MiB
+
+
+def leaf_mirrored(host, sr, name="disk"):
+    """A new leaf, received, its mirror activated: (the leaf's volume,
+    the SR's free space before the activate)."""
+    vol = create_volume(sr, size=64 * MiB, name=name)
+    receive(sr, vol)
+    free = available(host, sr)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    return vol, free
+
+
+def test_the_sink_takes_half_the_room_the_other_sinks_leave(host, vdi):
+    """A sink's quota is half the SR's free space, less what the other
+    sinks may still take (their quota not used yet): two moves in at
+    once never take more than the pool had."""
+    sr, _ = vdi
+    first, free = leaf_mirrored(host, sr, "first")
+    sink1 = meta.sink_name(sr, first["key"])
+    assert int(host.zfs.get(sink1, "quota")) == free // 2
+    host.zfs.guest_write(sink_zvol(sr, first), 0, 4 * MiB)
+    used1 = int(host.zfs.get(sink1, "used"))
+    open1 = int(host.zfs.get(sink1, "quota")) - used1
+    second, free2 = leaf_mirrored(host, sr, "second")
+    sink2 = meta.sink_name(sr, second["key"])
+    assert int(host.zfs.get(sink2, "quota")) == (free2 - open1) // 2
+    # both full at once: the pool keeps a quarter of what it had
+    assert open1 + int(host.zfs.get(sink2, "quota")) <= \
+        free2 - (free2 - open1) // 2
+
+
+def test_a_full_sink_refuses_writes_the_pool_keeps_its_room(host, vdi):
+    """The mirror's writes past the quota fail (the source then drops the
+    mirror); the SR keeps half its free space, other VDIs write on."""
+    sr, other = vdi
+    hold_all_but(host, sr, 48 * MiB)
+    vol, _ = leaf_mirrored(host, sr)
+    sink, zvol = meta.sink_name(sr, vol["key"]), sink_zvol(sr, vol)
+    quota = int(host.zfs.get(sink, "quota"))
+    assert 23 * MiB < quota <= 24 * MiB
+    assert int(host.zfs.get(zvol, "available")) <= quota
+    with pytest.raises(Exception) as err:
+        host.zfs.guest_write(zvol, 0, 30 * MiB)
+    assert "quota" in str(err.value)
+    host.zfs.guest_write(zvol, 0, quota - 2 * MiB)
+    with pytest.raises(Exception):
+        host.zfs.guest_write(zvol, quota, 4 * MiB)
+    assert available(host, sr) >= 48 * MiB - quota - 2 * MiB
+    host.zfs.guest_write(meta.vdi_dataset(sr, other["key"]), 0, 16 * MiB)
+
+
+def test_a_pool_without_room_for_a_sink_refuses_the_move(host, vdi):
+    """Below MIN_BOUND of room the call fails (OutOfSpace) before the
+    mirror starts, and leaves the leaf as it was: no sink, served by its
+    own tapdisk, not paused."""
+    sr, _ = vdi
+    hold_all_but(host, sr, 24 * MiB)
+    vol = create_volume(sr, size=64 * MiB, name="leaf")
+    receive(sr, vol)
+    with pytest.raises(errors.OutOfSpace) as err:
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert "move the VM halted" in err.value.message
+    assert not host.zfs.exists(meta.sink_name(sr, vol["key"]))
+    args, opened = served(host)[:2]
+    assert args.endswith(vol["key"]) and opened == 0
+
+
+def test_a_crash_at_any_point_is_finished_by_the_next_call(host, vdi):
+    """import_activate killed after each of its commands, and inside its
+    ``zfs create``s (the dataset made, its properties not, or only the
+    quota): the next call serves a bounded, marked sink; a receive_cancel
+    instead leaves nothing."""
+    sr, _ = vdi
+    before = set(n for p in host.zfs.pools for n in p.datasets)
+
+    def activate(vol):
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+
+    probe = create_volume(sr, size=64 * MiB, name="probe")
+    probe_parent = receive(sr, probe)
+    count = commands_run(host, lambda: activate(probe))
+    cuts = [lambda keep=keep: CutInside(host, host.zfs, ["zfs", "create"],
+                                        keep)
+            for keep in ((), ("quota",))] + \
+        [lambda n=n: CrashAfter(host, n) for n in range(1, count + 1)]
+    for cancel in (False, True):
+        for crash in cuts:
+            vol = create_volume(sr, size=64 * MiB, name="leaf")
+            parent = receive(sr, vol)
+            with installed(crash()):
+                try:
+                    activate(vol)
+                except Killed:
+                    pass
+            if cancel:
+                receive_cancel(sr, vol, parent)
+                continue
+            activate(vol)
+            sink = meta.sink_name(sr, vol["key"])
+            assert host.zfs.get(sink, meta.MIRROR_SINK) == vol["key"]
+            assert int(host.zfs.get(sink, "quota")) > 0
+            assert host.zfs.get(sink_zvol(sr, vol), "compression") == "off"
+            assert served(host, vol)[0].endswith(sink_zvol(sr, vol))
+            receive_cancel(sr, vol, parent)
+    receive_cancel(sr, probe, probe_parent)
+    after = set(n for p in host.zfs.pools for n in p.datasets)
+    assert after == before
+
+
+def receive_cancel(sr, vol, parent):
+    """xapi's receive_cancel: the leaf's datapath destroyed, then
+    VDI.destroy of the dummy, the leaf and the parent."""
+    for method in ("Datapath.deactivate", "Datapath.detach"):
+        dp(method, uri=uri_of(vol), domain=MIR)
+    dummies = [v["key"] for v in call("SR.ls", sr=sr)
+               if v["uri"][0].startswith(uri_of(vol) + "@")]
+    for key in dummies + [vol["key"], parent["key"]]:
+        call("Volume.destroy", sr=sr, key=key)
+
+
+def test_an_unbounded_sink_of_before_is_served_composed_and_freed(host,
+                                                                    vdi):
+    """A host upgraded in the middle of a move in finds the sink the old
+    version made, a bare marked zvol <sr>/<leaf>.in: it is served as it
+    is, composed from, and freed with its leaf."""
+    sr, vol = vdi
+    parent = receive(sr, vol)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.admin("zfs create -s -V %d -o volblocksize=512 -o "
+                   "compression=off -o %s=%s %s" % (
+                       vol["virtual_size"], meta.MIRROR_SINK, vol["key"],
+                       sink))
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert served(host)[0] == "aio:" + host.link(sink)
+    assert host.zfs.dataset(sink).kind == "volume"
+    pzvol = meta.vdi_dataset(sr, parent["key"])
+    block = host.zfs.dataset(pzvol).volblocksize
+    host.zfs.guest_write(pzvol, 0, 8 * block)
+    host.zfs.guest_write(sink, 9 * block, 512)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=MIR)
+    dp("Datapath.detach", uri=uri_of(vol), domain=MIR)
+    call("Volume.compose", sr=sr, key=vol["key"], key2=parent["key"])
+    runs_on_the_composed_disk(host, sr, vol, list(range(8)) + [9])
+
+
+def test_an_unbounded_sink_of_before_goes_with_receive_cancel(host, vdi):
+    sr, vol = vdi
+    before = set(n for p in host.zfs.pools for n in p.datasets)
+    parent = receive(sr, vol)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.admin("zfs create -s -V %d -o volblocksize=512 -o "
+                   "compression=off -o %s=%s %s" % (
+                       vol["virtual_size"], meta.MIRROR_SINK, vol["key"],
+                       sink))
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    receive_cancel(sr, vol, parent)
+    after = set(n for p in host.zfs.pools for n in p.datasets)
+    assert after == before - {meta.vdi_dataset(sr, vol["key"])}
+
+
+def test_a_filesystem_in_the_sinks_way_is_refused(host, vdi):
+    """An unmarked filesystem by the sink's name that holds anything is
+    the admin's: refused, nothing changed (an empty one is what a cut
+    inside the sink's create leaves, and is finished)."""
+    sr, vol = vdi
+    parent = receive(sr, vol)
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.admin("zfs create %s" % sink)
+    host.zfs.admin("zfs create %s/mine" % sink)
+    with pytest.raises(errors.InvalidArgument):
+        dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    assert not host.zfs.get(sink, meta.MIRROR_SINK)
+    assert served(host)[0].endswith(vol["key"])
+    receive_cancel(sr, vol, parent)        # the collector leaves it too
+    assert host.zfs.exists(sink + "/mine")
+
+
+def test_a_sink_is_zfsngs_own_for_sr_destroy(host, vdi):
+    """SR.destroy's check for data zfs-ng did not make: a sink, bounded
+    (with its zvol and compose snapshot) or not, is zfs-ng's."""
+    from zfsng_volume import sr as srmod
+    sr, vol = vdi
+    receive(sr, vol)
+    dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
+    host.zfs.admin("zfs snapshot %s@%s" % (sink_zvol(sr, vol),
+                                           meta.COMPOSE_SNAPSHOT))
+    old = create_volume(sr, size=64 * MiB, name="old")
+    host.zfs.admin("zfs create -s -V 64M -o volblocksize=512 -o %s=%s %s" % (
+        meta.MIRROR_SINK, old["key"], meta.sink_name(sr, old["key"])))
+    assert srmod.other_data(sr) == []
+    host.zfs.admin("zfs create %s/admins" % sr)
+    assert srmod.other_data(sr) == [sr + "/admins"]

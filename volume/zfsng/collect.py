@@ -20,7 +20,8 @@ What it frees (the kinds are ``meta``'s):
 - a Volume.compose cut after its parent took the leaf's uuid
   (``meta.is_composing``): the leaf's zvol is destroyed and the parent
   gets its name (``finish_compose``), and the mark left on a finished one
-  goes; a migration's mirror sink once its leaf is gone;
+  goes; a migration's mirror sink once its leaf is gone, and one a power
+  cut left inside its ``zfs create`` (``meta.is_unfinished_sink``);
 - a Volume.revert a crash cut short (``meta.reverting``): undone or
   finished (``revertsteps.finish``);
 - a mirror's space guard no live mirror job holds (a dom0 crash
@@ -47,7 +48,8 @@ ROUNDS = 64  # bound on cascades (a chain of hidden parents)
 def garbage(rows):
     """[(action, dataset)] that collect should do now: "destroy",
     "defer" (``zfs destroy -d``), "compose" (``finish_compose``),
-    "unmark" (the COMPOSE_INTO of a finished compose), "revert" (a
+    "unmark" (the COMPOSE_INTO of a finished compose), "remove" (a
+    ``zfs destroy`` without -r: an unfinished sink), "revert" (a
     revert a crash cut short: ``revertsteps.finish``) or "unguard" (a
     dead mirror's space guard: ``spaceguard.release``)."""
     actions = []
@@ -63,6 +65,8 @@ def garbage(rows):
             actions.append(("unmark", row["name"]))
         elif meta.is_sink(row) and _sink_orphan(row, rows):
             actions.append(("destroy", row["name"]))
+        elif meta.is_unfinished_sink(row) and _sink_orphan(row, rows):
+            actions.append(("remove", row["name"]))
         elif meta.is_hidden(row) and \
                 not ownership.has_dependents(row["name"], rows):
             actions.append(("destroy", row["name"]))
@@ -81,6 +85,7 @@ def needed(rows):
     return any(meta.is_hidden(r) or meta.is_unmarked_clone(r) or
                meta.is_unfinished_create(r) or meta.is_composing(r) or
                _composed(r) or meta.is_sink(r) or meta.reverting(r) or
+               meta.is_unfinished_sink(r) or
                bool(r.get(meta.MIRROR_GUARD)) or
                (meta.is_internal(r) and r.get("defer_destroy") != "on")
                for r in rows)

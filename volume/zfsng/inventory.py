@@ -31,12 +31,14 @@ def check_sr_row(sr, row):
 
 def rows(sr):
     """meta.VOLUME_COLUMNS of every zvol and snapshot directly under the
-    SR, and of the mirror sinks there (filesystems: ``meta.is_sink``; no
-    other filesystem is zfs-ng's), from one ``zfs list``."""
+    SR, and of the mirror sinks there (filesystems: ``meta.is_sink``,
+    ``is_unfinished_sink``; no other filesystem is zfs-ng's), from one
+    ``zfs list``."""
     return [r for r in zfs.list_datasets(
         sr, meta.VOLUME_COLUMNS, types="filesystem,volume,snapshot")
-        if meta.in_sr(r, sr) and
-        (r["type"] != "filesystem" or meta.is_sink(r))]
+        if meta.in_sr(r, sr) and (r["type"] != "filesystem" or
+                                  meta.is_sink(r) or
+                                  meta.is_unfinished_sink(r))]
 
 
 def find_srs(pool=None):

@@ -341,6 +341,21 @@ def is_sink(row):
         row.get(MIRROR_SINK) == uuid
 
 
+def is_unfinished_sink(row):
+    """A bounded sink a power cut left inside its ``zfs create``: the
+    filesystem <sr>/<leaf uuid>.in without its mark (ZFS sets the -o
+    properties after making it, the mark last). Known by its name alone,
+    as ``is_unfinished_create``'s .new: the next import_activate
+    finishes it, the collector frees it once its leaf is gone, with a
+    plain ``zfs destroy`` (never -r). One that holds anything (its used
+    more than its own: a child, a snapshot) is an admin's, never one."""
+    last = row["name"].rsplit("/", 1)[-1]
+    return row["type"] == "filesystem" and last.endswith(SINK_SUFFIX) and \
+        names.is_uuid(last[:-len(SINK_SUFFIX)]) and \
+        not row.get(MIRROR_SINK) and row.get("used") is not None and \
+        row.get("used") == row.get("usedds")
+
+
 def sink_name(sr, leaf_uuid):
     """The sink of a leaf, either form (``is_sink``)."""
     return vdi_dataset(sr, leaf_uuid) + SINK_SUFFIX

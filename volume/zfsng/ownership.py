@@ -8,7 +8,7 @@ from zfsng import names
 from zfsng.meta import CLONE_SUFFIX, DATAPATH_CLONE, NONPERSISTENT_SNAPSHOT, \
     VDI_UUID, bookmarked_snapshot, clones_of, is_data_destroyed, \
     in_sink, is_internal, is_sink, is_snapshot, is_unfinished_create, \
-    is_unmarked_clone, is_vdi, object_uuid, parent_of
+    is_unfinished_sink, is_unmarked_clone, is_vdi, object_uuid, parent_of
 
 
 def is_foreign(row):
@@ -46,7 +46,7 @@ def made_by_zfsng(row, sr):
     if parent != sr:
         return False
     if row["type"] == "filesystem":
-        return is_sink(row)
+        return is_sink(row) or is_unfinished_sink(row)
     if row["type"] == "volume":
         if names.is_uuid(last):
             return bool(row.get(VDI_UUID)) or is_unmarked_clone(row)

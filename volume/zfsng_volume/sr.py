@@ -428,7 +428,7 @@ def _finish_destroyed(sr):
         cleanup.finish(plan)
 
 
-FOREIGN_COLUMNS = ["name", "type", "defer_destroy", "origin", "usedds",
+FOREIGN_COLUMNS = ["name", "type", "defer_destroy", "origin", "used", "usedds",
                    meta.VDI_UUID, meta.DATAPATH_CLONE, meta.MIRROR_SINK]
 
 
