@@ -23,10 +23,50 @@ yet (the VM runs on the source). Volume.compose later puts the sink's
 sectors on the parent the copy filled, and the leaf becomes the
 migrated disk (zfsng_volume/compose.py).
 
-Idempotent, and a crash anywhere is finished by the next call: the sink
-is reused (one a power cut left inside its ``zfs create``, with its
-volblocksize but without its later properties, is made again), a VBD left paused is unpaused onto the sink. A sink whose
-leaf is destroyed (xapi's receive_cancel) goes with it (the collector).
+Its bound. A 512-byte block takes a whole sector of the pool and a
+block pointer: on one ashift=12 disk the sink took 6.1 times the bytes
+the guest wrote (raidz adds parity sectors to every block), and the
+mirror writes into it for the whole move. A long move in of a busy VM
+could so fill the pool, and every VM on it would get ENOSPC. ZFS bounds
+a zvol's space only through the quota of a filesystem above it; so the
+sink is a filesystem ``<sr>/<leaf uuid>.in`` with a quota, and the
+zvol ``<sink>/writes`` inside (``meta.sink_volume``). The quota
+(``bound``) is half the room the SR has when the move starts: its
+``available``, which the refreservations of thick VDIs are out of
+already (they are never at risk), less the quota the SR's other sinks
+have not used yet (two moves in at once cannot pass it together). The
+other half stays for the rest: thin VDIs growing, and the parent, which
+xapi copies at the same time (this call is not told which VDI it is).
+Not sized from the disk: the most a sink can take depends on the vdevs'
+ashift and parity, and a quota reserves nothing, so a larger one costs
+nothing. Not a watcher polling the sink's use: later than the quota, one
+more process to bound, and nothing once it dies. Below MIN_BOUND the
+call refuses (OutOfSpace) before anything is made, and the move fails at
+its start. When the sink reaches its quota the zvol fails the mirror's
+writes (EIO to tapdisk's aio: ZFS's EDQUOT has no block-layer status),
+the leaf's tapdisk answers each with an NBD error, and the source's
+tapdisk drops the mirror: the guest's write succeeds on the source
+alone, and nbd_mirror_failed, which xapi reads before it moves the
+memory, fails the move (MIRROR_FAILED); xapi's receive_cancel then
+destroys the leaf, and the collector the sink. The source keeps every
+write (measured on OpenZFS 2.1 and 2.3 through the real tapdisk:
+tests/integration/test_migrate_from_v1.py).
+
+Idempotent, and a crash anywhere is finished by the next call. The sink's
+filesystem is made with its quota, ``compression=off``, ``canmount=off``
+and the mark in one ``zfs create``; ZFS sets the quota (a special
+property) in a sync task of its own before the others, which it sets
+together: a marked sink is bounded. One a power cut left without its mark
+(``meta.is_unfinished_sink``) is finished by the next call, or freed by
+the collector once its leaf is gone. The zvol inside gets its
+volblocksize with its creation and inherits compression and the mark: it
+is whole from its first transaction group. A VBD left paused is unpaused
+onto the sink. A sink whose leaf is destroyed (xapi's receive_cancel)
+goes with it (the collector). A sink of the unbounded form a host
+upgraded in the middle of a move finds, the zvol ``<sr>/<leaf uuid>.in``
+itself, is served, composed and freed as before; an unmarked 512-byte
+zvol by that name (a power cut inside its create, before the upgrade) is
+made again in the bounded form.
 
 Until the compose, the leaf's own zvol is empty: the guest's writes are
 in the sink, the copied base on the parent. xapi calls the compose from a
