@@ -112,25 +112,27 @@ class Source(object):
 
 
 class Guest(threading.Thread):
-    """The VM: 4 KiB writes at sector boundaries through the source's
-    tapdev (O_DIRECT), random data or, one in four, zeros; pause seconds
-    between two; each one kept in self.log when log is a list."""
+    """The VM: writes of size bytes (4 KiB unless told) at sector
+    boundaries through the source's tapdev (O_DIRECT), random data or,
+    one in four, zeros; pause seconds between two; each one kept in
+    self.log when log is a list."""
 
-    def __init__(self, tapdev, seed, pause=0.01, log=None):
+    def __init__(self, tapdev, seed, pause=0.01, log=None, size=4 * KiB):
         threading.Thread.__init__(self, daemon=True)
         self.tapdev, self.rng = tapdev, random.Random(seed)
         self.stop, self.count, self.error = threading.Event(), 0, None
-        self.pause, self.log = pause, log
+        self.pause, self.log, self.size = pause, log, size
 
     def run(self):
-        buf = mmap.mmap(-1, 4 * KiB)
+        size = self.size
+        buf = mmap.mmap(-1, size)
         fd = os.open(self.tapdev, os.O_WRONLY | os.O_DIRECT)
         try:
             while not self.stop.is_set():
                 buf.seek(0)
-                buf.write(bytes(4 * KiB) if self.rng.random() < 0.25 else
-                          os.urandom(4 * KiB))
-                at = self.rng.randrange((DISK - 4 * KiB) // 512) * 512
+                buf.write(bytes(size) if self.rng.random() < 0.25 else
+                          os.urandom(size))
+                at = self.rng.randrange((DISK - size) // 512) * 512
                 os.pwrite(fd, buf, at)
                 if self.log is not None:
                     self.log.append((at, bytes(buf)))
@@ -328,12 +330,16 @@ def test_a_move_in_whose_sink_fills_fails_and_the_pool_keeps_room(
         plugin, dp, sr12):
     """The destination has KEEP bytes free (the rest held by another
     dataset's reservation, as thick VDIs hold theirs). The sink's quota is
-    half of it. The guest writes until the sink is full: then the leaf's
-    tapdisk gets an error from the zvol, answers the mirror's write with
-    an error, and the source's tapdisk drops the mirror (nbd_mirror_failed,
-    which xapi checks): the guest's writes all succeed, on the source
-    alone, which holds every one. The pool keeps room: another VDI there
-    still writes. receive_cancel then leaves nothing."""
+    half of it. The guest writes until the sink is full: then the zvol
+    fails the mirror's write with EIO (ZFS's EDQUOT has no block status),
+    the leaf's tapdisk answers it with an NBD error (-EIO, sent in network
+    order: the source logs "Error in reply: -67108865"), the source's NBD
+    client fails the request with EIO and its VBD drops the secondary
+    ("Got non-zero res 5 for NBD secondary - disabling mirroring",
+    nbd_mirror_failed=1, which xapi reads: MIRROR_FAILED). The guest's
+    writes all succeed, on the source alone, which holds every one. The
+    pool keeps room: another VDI there still writes. receive_cancel then
+    leaves nothing."""
     sr = sr12
     with open("/var/log/messages", errors="replace") as f:
         since = len(f.readlines())
@@ -349,8 +355,8 @@ def test_a_move_in_whose_sink_fills_fails_and_the_pool_keeps_room(
     zvol = sink + "/writes"
     quota = zget(sink, "quota")
     assert free // 2 - MiB <= quota <= free // 2
-    log = []
-    guest = Guest(source.tapdev, 10, pause=0, log=log)
+    log = []          # 64 KiB writes: 512 KiB each in the sink, at ashift 12
+    guest = Guest(source.tapdev, 10, pause=0, log=log, size=64 * KiB)
     guest.start()
     here, there = socket.socketpair()
     pass_fd(path, there.fileno(), DP)
@@ -380,7 +386,7 @@ def test_a_move_in_whose_sink_fills_fails_and_the_pool_keeps_room(
     guest.join(30)
     assert guest.error is None and guest.count > failed_at > started
     used, left = zget(sink, "used"), zget(sr, "available")
-    print("sink bound: %d writes of 4 KiB, quota %d, sink used %d, zvol "
+    print("sink bound: %d writes of 64 KiB, quota %d, sink used %d, zvol "
           "used %d logicalused %d (ashift 12, one disk), pool available "
           "%d of %d" % (failed_at, quota, used, zget(zvol, "used"),
                         zget(zvol, "logicalused"), left, free))
