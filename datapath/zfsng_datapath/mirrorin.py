@@ -24,8 +24,9 @@ sectors on the parent the copy filled, and the leaf becomes the
 migrated disk (zfsng_volume/compose.py).
 
 Its bound. A 512-byte block takes a whole sector of the pool and a
-block pointer: on one ashift=12 disk the sink took 6.1 times the bytes
-the guest wrote (raidz adds parity sectors to every block), and the
+block pointer: for 4 KiB writes, 7.5 times the bytes written on one
+ashift=12 disk, 10 times on a 3-disk raidz1 (measured on OpenZFS 2.3;
+1.07 times at ashift=9), and the
 mirror writes into it for the whole move. A long move in of a busy VM
 could so fill the pool, and every VM on it would get ENOSPC. ZFS bounds
 a zvol's space only through the quota of a filesystem above it; so the
