@@ -25,9 +25,9 @@ migrated disk (zfsng_volume/compose.py).
 
 Its bound. A 512-byte block takes a whole sector of the pool and a
 block pointer: for 4 KiB writes, 7.5 times the bytes written on one
-ashift=12 disk, 10 times on a 3-disk raidz1 (measured on OpenZFS 2.3;
-1.07 times at ashift=9), and the
-mirror writes into it for the whole move. A long move in of a busy VM
+ashift=12 disk, 10 times on a 3-disk raidz1 (measured on OpenZFS 2.1 and
+2.3; 1.07 times at ashift=9), and the mirror writes into it for the
+whole move. A long move in of a busy VM
 could so fill the pool, and every VM on it would get ENOSPC. ZFS bounds
 a zvol's space only through the quota of a filesystem above it; so the
 sink is a filesystem ``<sr>/<leaf uuid>.in`` with a quota, and the
@@ -177,10 +177,9 @@ def bound(sr, sink):
     """The quota of a new sink: half the room the SR has now, the room
     being its ``available`` (the other VDIs' refreservations are out of
     it already) less what the other sinks of the SR may still take (their
-    quota they have not used), at most CAP_PER_BYTE times its disk's size
-    (the most a 512-byte-block zvol takes: see the module docstring).
-    OutOfSpace, nothing changed, below MIN_BOUND: the move would fail at
-    its first writes."""
+    quota they have not used): see the module docstring. OutOfSpace,
+    nothing changed, below MIN_BOUND: the move would fail at its first
+    writes."""
     avail = int(zfs.get_one(sr, ["available"])["available"])
     others = sum(max(0, int(r["quota"]) - int(r["used"])) for r in
                  zfs.list_datasets(sr, SINK_COLUMNS, types="filesystem",
