@@ -27,8 +27,8 @@ Its bound. A 512-byte block takes a whole sector of the pool and a
 block pointer: for 4 KiB writes, 7.5 times the bytes written on one
 ashift=12 disk, 10 times on a 3-disk raidz1 (measured on OpenZFS 2.1 and
 2.3; 1.07 times at ashift=9), and the mirror writes into it for the
-whole move. A long move in of a busy VM
-could so fill the pool, and every VM on it would get ENOSPC. ZFS bounds
+whole move. A long move in of a busy VM could so fill the pool, and
+every VM on it would get ENOSPC. ZFS bounds
 a zvol's space only through the quota of a filesystem above it; so the
 sink is a filesystem ``<sr>/<leaf uuid>.in`` with a quota, and the
 zvol ``<sink>/writes`` inside (``meta.sink_volume``). The quota
