@@ -357,7 +357,7 @@ BEYOND_CHECK = (
     # make check until it is, run by make test-migration ZFS=2.3
     "test_migrate_out.py::test_a_pool_filled_during_the_mirror_keeps_the_"
     "guests_disk",
-    # a move in whose mirror sink fills its quota: SINKCOST a version (the
+    # a move in whose mirror sink fills its quota: 225-250 s a version (the
     # sink must fill through the emulated mirror); make check keeps the
     # move in and receive_cancel at each step, the unit tests the bound
     "test_migrate_from_v1.py::test_a_move_in_whose_sink_fills_fails_and_"
