@@ -7,7 +7,7 @@
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
 #          [--shared-disk FILE] [--cpus N] [--state DIR] [--throttle I:B]
 #          [--link-listen SOCKET | --link-connect SOCKET]
-#          [--py36 required|optional] -- <command...>
+#          [--py36 required|optional] [--xen] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -45,13 +45,18 @@
 # host has one and never installs it: without one the guest runs as it is,
 # with no /usr/local/bin/python3.6, and the command picks the guest's own
 # python3 (Debian's 3.11).
+# --xen boots the image's Xen layer (xen-image.sh) as a Xen host: QEMU loads
+# Xen 4.17 (multiboot), Xen boots the image's kernel and initramfs as dom0
+# (console hvc0, through Xen to the serial port), and the command runs in
+# dom0 after tests/guest/xen/dom0-up.sh has started xenstored, xenconsoled
+# and tapback. Default --mem 4096 there, 2 GiB of it dom0's.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
-state= link= throttle= py36_need=required
+state= link= throttle= py36_need=required xen= mem_given=
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
     sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
@@ -62,7 +67,7 @@ while [ $# -gt 0 ]; do
         --zfs) zfs=${2:?}; shift 2 ;;
         --disks) disks=${2:?}; shift 2 ;;
         --disk-size) disk_size=${2:?}; shift 2 ;;
-        --mem) mem=${2:?}; shift 2 ;;
+        --mem) mem=${2:?} mem_given=1; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --results) results=${2:?}; shift 2 ;;
         --hostid) hostid=${2:?}; shift 2 ;;
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
         --state) state=${2:?}; shift 2 ;;
         --throttle) throttle=${2:?}; shift 2 ;;
         --py36) py36_need=${2:?}; shift 2 ;;
+        --xen) xen=1; shift ;;
         --link-listen) link="path=${2:?},server=on,wait=off"; shift 2 ;;
         --link-connect) link="path=${2:?},reconnect=1"; shift 2 ;;
         --) shift; break ;;
@@ -118,6 +124,10 @@ py36_img=
 
 img=$(bash "$here/build-image.sh" "$zfs")
 img=$(bash "$here/blktap-image.sh" "$img")
+if [ -n "$xen" ]; then
+    img=$(bash "$here/xen-image.sh" "$img")
+    [ -n "$mem_given" ] || mem=4096
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-run.XXXXXX")
 qemu_pid=
@@ -153,6 +163,10 @@ fi
 modprobe blktap || echo "run.sh: cannot load the blktap driver" >&2
 busybox syslogd -O /var/log/messages ||
     echo "run.sh: cannot start syslogd" >&2
+EOF
+    [ -z "$xen" ] || cat <<'EOF'
+bash /src/tests/guest/xen/dom0-up.sh ||
+    { echo "run.sh: the dom0 Xen services did not start" >&2; exit 125; }
 EOF
     printf 'exec'
     printf ' %q' "$@"
@@ -211,8 +225,21 @@ fi
 append="root=/dev/vda rw rootfstype=ext4 console=ttyS0 quiet loglevel=4 panic=1"
 append+=" mitigations=off fsck.mode=skip init=/usr/local/sbin/zfsng-guest-init"
 [ -z "$hostid" ] || append+=" zfsng.hostid=$hostid"
+boot=(-kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append")
+if [ -n "$xen" ]; then
+    # Xen owns the serial port (com1) and passes dom0's hvc0 through to it.
+    # QEMU's -initrd lists multiboot modules split at commas, each one's
+    # command line after its first space: a comma inside dom0's line is
+    # written twice. -cpu qemu64 plus these: under -cpu max dom0 dies.
+    # bootscrub=false: scrubbing the free RAM costs seconds under TCG.
+    append=${append/console=ttyS0/console=hvc0}
+    xen_args="console=com1 com1=115200 dom0_mem=2048M,max:2048M dom0_max_vcpus=$cpus"
+    xen_args+=" bootscrub=false loglvl=all guest_loglvl=all"
+    boot=(-cpu qemu64,+sse4.1,+sse4.2,+ssse3,+popcnt -kernel "$img/xen"
+        -append "$xen_args" -initrd "$img/vmlinuz ${append//,/,,},$img/initrd.img")
+fi
 
-echo "run.sh: booting zfs $zfs guest ($img), $disks x $disk_size disks${throttle:+ (each at most ${throttle%%:*} IOPS, ${throttle#*:} B/s)}, ${mem} MiB${state:+, state in $keep}" >&2
+echo "run.sh: booting zfs $zfs guest${xen:+ as a Xen host} ($img), $disks x $disk_size disks${throttle:+ (each at most ${throttle%%:*} IOPS, ${throttle#*:} B/s)}, ${mem} MiB${state:+, state in $keep}" >&2
 start=$SECONDS
 # -display none -serial stdio rather than -nographic: with -nographic SeaBIOS
 # also drives the serial port and sends terminal reset/clear/autowrap-off
@@ -224,7 +251,7 @@ start=$SECONDS
 set +e
 timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp "$cpus" -m "$mem" \
     -nodefaults -display none -serial stdio -no-reboot \
-    -kernel "$img/vmlinuz" -initrd "$img/initrd.img" -append "$append" \
+    "${boot[@]}" \
     "${drives[@]}" \
     -device virtio-rng-pci \
     -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \
