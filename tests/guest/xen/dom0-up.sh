@@ -26,7 +26,8 @@ grep -q control_d /proc/xen/capabilities || die "this domain is not dom0"
 [ -c /dev/xen/gntdev ] && [ -c /dev/xen/evtchn ] && [ -c /dev/xen/privcmd ] ||
     die "no /dev/xen/{gntdev,evtchn,privcmd}"
 mkdir -p -m 700 /run/xen
-mkdir -p /run/xenstored /var/lib/xenstored /var/lib/xen /var/log/xen/console
+# /var/lock (/run/lock): xl's lock file; the init mounts /run empty.
+mkdir -p /run/xenstored /var/lib/xenstored /var/lib/xen /var/log/xen/console /run/lock
 
 XENSTORED_ROOTDIR=/run/xenstored "$X/oxenstored" --pid-file /run/xenstore.pid ||
     die "oxenstored did not start"
