@@ -230,7 +230,8 @@ if [ -n "$xen" ]; then
     # Xen owns the serial port (com1) and passes dom0's hvc0 through to it.
     # QEMU's -initrd lists multiboot modules split at commas, each one's
     # command line after its first space: a comma inside dom0's line is
-    # written twice. -cpu qemu64 plus these: under -cpu max dom0 dies.
+    # written twice. -cpu qemu64 plus SSE4, SSSE3 and POPCNT: dom0 was
+    # reported to die under -cpu max (not re-checked here).
     # bootscrub=false: scrubbing the free RAM costs seconds under TCG.
     append=${append/console=ttyS0/console=hvc0}
     xen_args="console=com1 com1=115200 dom0_mem=2048M,max:2048M dom0_max_vcpus=$cpus"
