@@ -21,7 +21,9 @@ and with ``-r`` it would destroy them. The reset then *rotates* instead:
      keeps what it holds, and the reservation goes to the new zvol);
   2. ``zfs clone -o <the VDI's properties> A@zfsng-nonpersistent <vol>``:
      the VDI again, at its reset content (``refreservation=auto`` if thick);
-  3. ``zfs set org.xcp-ng.zfs-ng:vdi=destroyed A``: A is hidden;
+  3. ``zfs set org.xcp-ng.zfs-ng:vdi=destroyed
+     org.xcp-ng.zfs-ng:aside-of=<vdi uuid> A``: A is hidden, its
+     snapshots still the VDI's (a Volume.revert to them finds them);
   4. ``zfs promote <vol>``: the snapshots up to the reset point come back
      to <vol> under their names; A keeps the newer ones (and their clones),
      and is now a clone of ``<vol>@zfsng-nonpersistent``;
@@ -191,7 +193,8 @@ def _hide_and_promote(target, aside):
     """Steps 3 and 4."""
     found = scope.row(aside, ["name", meta.VDI_UUID])
     if found is not None and found.get(meta.VDI_UUID) == _key(target):
-        zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN})
+        zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN,
+                              meta.ASIDE_OF: _key(target)})
     zfs.promote(target.head)
 
 

@@ -1258,6 +1258,25 @@ def test_a_tracked_disk_stays_tracked_across_a_rotation(host, vdi):
     assert host.zfs.local_props(dataset_of(vol))[meta.CBT_ENABLED] == "true"
 
 
+def test_a_snapshot_the_reset_moved_can_be_reverted_to(host, vdi):
+    """Issue 39, item 1: the reset moves the backup's snapshot to the
+    hidden zvol; it is still the disk's (xapi's snapshot_of), and
+    Volume.revert to it gives the disk its data."""
+    sr, vol = vdi
+    vol, snap, clone, keep = rotation_scenario(host, sr, vol)
+    dp("Datapath.close", uri=uri_of(vol))
+    assert dataset_of(stat(sr, snap)).split("@")[0] != dataset_of(vol)
+    call("Volume.revert", sr=sr, snapshot=snap["key"], key=vol["key"])
+    assert refer(host, vol) == keep[snap["key"]]
+    assert refer(host, stat(sr, snap)) == keep[snap["key"]]
+    assert refer(host, stat(sr, clone)) == keep[clone["key"]]
+    assert stat(sr, vol)["keys"] == {"vdi-type": "user"}
+    destroy_all_but(sr, vol)
+    assert zfs_all(host, sr) == [sr, dataset_of(vol)]
+    assert refer(host, vol) == keep[snap["key"]]
+    nothing_left(host)
+
+
 def test_open_after_a_crash_resets_a_pending_run_with_a_backup(host, vdi):
     """No close (host crash), a backup snapshot newer than the reset
     point: the next non-persistent start resets and keeps the snapshot."""
@@ -1728,19 +1747,28 @@ def test_state_files_are_json(host, vdi):
 
 # --- a revert a crash cut short ----------------------------------------------
 
+@pytest.mark.parametrize("moved", [False, True])
 def test_a_vm_start_after_a_revert_killed_anywhere_finds_its_disk(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, moved):
     """Volume.revert (zfsng/revertsteps.py) killed after each command,
     then the VM started (no other call between): the datapath undoes a
     revert cut before the VDI's zvol was back under its name, serves the
-    disk as it was or as reverted, and leaves nothing behind."""
+    disk as it was or as reverted, and leaves nothing behind. moved: the
+    snapshot is on the zvol an earlier revert (to an older one) set
+    aside."""
     def setup(root):
         h = _fresh_host(root, monkeypatch)
         sr, _ = create_sr({"device": "/dev/sdb"})
         vol = create_volume(sr, size=GiB, name="disk")
         h.zfs.guest_write(dataset_of(vol), 0, MiB)
+        older = snapshot_of(sr, vol)
+        h.zfs.guest_write(dataset_of(vol), 2 * MiB, MiB)
         snap = snapshot_of(sr, vol)
         h.zfs.guest_write(dataset_of(vol), 4 * MiB, MiB)
+        if moved:
+            call("Volume.revert", sr=sr, snapshot=older["key"],
+                 key=vol["key"])
+            h.zfs.guest_write(dataset_of(vol), 6 * MiB, MiB)
         return h, sr, vol, snap
 
     def revert(sr, vol, snap):

@@ -98,6 +98,59 @@ def test_a_vdi_reverts_to_a_middle_snapshot_and_keeps_everything(fake, sr):
     assert s4
 
 
+def test_a_snapshot_an_earlier_revert_moved_reverts_too(fake, sr):
+    """Issue 39, item 1. A revert to s1 moves s2 and s3 (newer) with the
+    zvol set aside; xapi still lists them as the disk's snapshots and
+    reverts to them: each revert gives the disk exactly that snapshot's
+    data, wherever ZFS keeps it, and keeps every VDI and its data. Once
+    the snapshots go, nothing is left behind."""
+    vdi, (s1, s2, s3), copy = history(fake, sr)
+    block = fake.dataset(zvol(sr, vdi)).volblocksize
+    held = dict((k, data(fake, snapshot_name(fake, sr, k)))
+                for k in (s1, s2, s3))
+    held[copy] = data(fake, zvol(sr, copy))
+    before = listed(sr)
+    revert(sr, s1, vdi)
+    assert snapshot_name(fake, sr, s2).split("@")[0] != zvol(sr, vdi)
+    fake.guest_write(zvol(sr, vdi), 90 * block, block)
+    s4 = vdi_snapshot(sr, vdi)["key"]
+    held[s4] = data(fake, snapshot_name(fake, sr, s4))
+    for target in (s2, s3, s4, s1, s3, s2):
+        assert revert(sr, target, vdi) is None, target
+        assert data(fake, zvol(sr, vdi)) == held[target], target
+        after = listed(sr)
+        assert sorted(after) == sorted(list(before) + [s4])
+        assert after[vdi]["virtual_size"] == after[target]["virtual_size"]
+        for key in (s1, s2, s3, s4):
+            assert data(fake, snapshot_name(fake, sr, key)) == held[key]
+        assert data(fake, zvol(sr, copy)) == held[copy]
+        for field in ("name", "description", "keys", "cbt_enabled"):
+            assert after[vdi][field] == before[vdi][field], field
+        assert _marked(fake) == []
+        # the disk is no clone of the zvols set aside for it
+        origin = fake.get(zvol(sr, vdi), "origin") or ""
+        assert not origin or fake.get(origin.split("@")[0],
+                                      meta.ASIDE_OF) != vdi
+        fake.guest_write(zvol(sr, vdi), 100 * block, block)
+    assert garbage(fake, sr) == []
+    destroy_everything(sr)
+    assert garbage(fake, sr) == []
+    assert_only_the_sr_is_left(fake, sr)
+
+
+def test_another_disks_set_aside_snapshot_is_still_refused(fake, sr):
+    """A snapshot moved by a revert of another disk is that disk's: the
+    revert is refused, nothing changed."""
+    vdi, (s1, s2, _), _ = history(fake, sr)
+    other = vdi_create(sr)["key"]
+    vdi_snapshot(sr, other)
+    revert(sr, s1, vdi)
+    state = _state(fake, sr)
+    with pytest.raises(errors.InvalidArgument):
+        revert(sr, s2, other)
+    assert _state(fake, sr) == state
+
+
 def _differ(a, b, block, granule=64 * 1024):
     """The 64 KiB granules where two block maps (blkid -> (birth, data))
     may hold different bytes: a block differs unless both hold the same
@@ -345,10 +398,16 @@ def test_a_pending_reset_is_refused(fake, sr):
 
 # --- killed after any command ------------------------------------------
 
-def _scenario(host):
-    """(sr, its stored device-config, the VDIs' keys by role)."""
+def _scenario(host, moved=False):
+    """(sr, its stored device-config, the VDIs' keys by role). moved: the
+    disk reverted to s1 first, so s2 (the one the tests revert to) is on
+    the zvol that revert set aside."""
     sr, config = create_sr()
     vdi, (s1, s2, s3), copy = history(host, sr)
+    if moved:
+        revert(sr, s1, vdi)
+        host.guest_write(zvol(sr, vdi), 0, 2 * host.dataset(
+            zvol(sr, vdi)).volblocksize)
     return sr, config, {"vdi": vdi, "s1": s1, "s2": s2, "s3": s3,
                         "copy": copy}
 
@@ -369,38 +428,40 @@ def _contents(host, sr, roles):
     return out
 
 
-def _outcomes():
+def _outcomes(moved=False):
     """What a revert leaves, and what no revert leaves (the fake's txgs
     repeat from one fresh host to the next)."""
     results = []
     for do in (True, False):
         host = fakezfs.FakeZfs.with_disks()
         with installed(host):
-            sr, _, roles = _scenario(host)
+            sr, _, roles = _scenario(host, moved)
             if do:
                 revert(sr, roles["s2"], roles["vdi"])
             results.append(_contents(host, sr, roles))
     return results
 
 
+@pytest.mark.parametrize("moved", [False, True])
 @pytest.mark.parametrize("next_call", ["revert", "attach", "ls"])
-def test_a_revert_killed_after_any_command_is_finished_or_undone(next_call):
+def test_a_revert_killed_after_any_command_is_finished_or_undone(next_call,
+                                                                 moved):
     """Killed after each command: SR.ls lists every VDI once meanwhile;
     then xapi's VM.revert again, or a reboot's SR.attach, leaves either
     the reverted disk or the disk as it was, never anything else, and
-    nothing behind."""
-    reverted, untouched = _outcomes()
+    nothing behind. moved: to a snapshot an earlier revert set aside."""
+    reverted, untouched = _outcomes(moved)
     assert reverted != untouched
     host = fakezfs.FakeZfs.with_disks()
     with installed(host):
-        sr, _, roles = _scenario(host)
+        sr, _, roles = _scenario(host, moved)
         total = commands_run(host, lambda: revert(sr, roles["s2"],
                                                   roles["vdi"]))
     failures = []
     for n in range(1, total + 1):
         host = fakezfs.FakeZfs.with_disks()
         with installed(host):
-            sr, config, roles = _scenario(host)
+            sr, config, roles = _scenario(host, moved)
             with installed(CrashAfter(host, n)):
                 try:
                     revert(sr, roles["s2"], roles["vdi"])
@@ -425,16 +486,17 @@ def test_a_revert_killed_after_any_command_is_finished_or_undone(next_call):
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("moved", [False, True])
 @pytest.mark.parametrize("next_call", ["revert", "attach"])
-def test_a_power_cut_inside_the_clone_is_undone(next_call):
+def test_a_power_cut_inside_the_clone_is_undone(next_call, moved):
     """ZFS sets a clone's -o properties in a later transaction group: a
     power cut between leaves the VDI's name on a clone without them. It
     is no VDI (the zvol set aside stands in), and the next call undoes
     the revert (then, for a revert, does it)."""
-    reverted, untouched = _outcomes()
+    reverted, untouched = _outcomes(moved)
     host = fakezfs.FakeZfs.with_disks()
     with installed(host):
-        sr, config, roles = _scenario(host)
+        sr, config, roles = _scenario(host, moved)
         with installed(CutInside(host, host, ["zfs", "clone"])):
             with pytest.raises(Killed):
                 revert(sr, roles["s2"], roles["vdi"])

@@ -155,6 +155,12 @@ COMPOSE_SNAPSHOT = "zfsng-compose"
 # it again from the snapshot; the zvol set aside carries, until the revert
 # is done, "<vdi uuid>@<snapshot uuid>" in REVERTING.
 REVERTING = prop("reverting")
+# A zvol a revert or a reset set aside (revertsteps, zfsng_datapath/reset.py)
+# carries, from the command that hides it (with vdi=HIDDEN), the uuid of
+# the VDI it was: the snapshots it keeps are still that VDI's (xapi's
+# snapshot_of), and a later revert to one of them finds it so
+# (``snapshot_of``). Its snapshots inherit the value.
+ASIDE_OF = prop("aside-of")
 COMPOSE_INTO = prop("compose-into")
 
 VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
@@ -162,7 +168,8 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   "origin", "clones", "defer_destroy",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
                   VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE,
-                  COMPOSE_INTO, MIRROR_SINK, REVERTING, MIRROR_GUARD]
+                  COMPOSE_INTO, MIRROR_SINK, REVERTING, MIRROR_GUARD,
+                  ASIDE_OF]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,
@@ -300,13 +307,44 @@ def is_stand_in(row, present):
 
 def rotation_source(row, present):
     """The snapshot a zvol set aside is to be cloned again from: its
-    reset point, or the snapshot a revert names; None if neither."""
+    reset point, or the snapshot a revert names (on that zvol, or on one
+    an earlier revert or reset set aside: ``revert_source``); None if
+    neither."""
     if reset_point(row["name"]) in present:
         return reset_point(row["name"])
     found = reverting(row)
-    if found and "%s@%s" % (row["name"], found[1]) in present:
-        return "%s@%s" % (row["name"], found[1])
+    if found:
+        return revert_source(row["name"], found[1], present)
     return None
+
+
+def revert_source(aside, snap, present):
+    """The name of snapshot uuid snap that a revert setting aside zvol
+    aside clones from: aside@snap when the snapshot was the VDI's zvol's,
+    else wherever it is in the SR (snapshot uuids are unique); None if it
+    is gone."""
+    own = "%s@%s" % (aside, snap)
+    if own in present:
+        return own
+    sr = aside.rsplit("/", 1)[0]
+    for name in present:
+        if "@" in name and object_uuid(name) == snap and \
+                parent_of(name).rsplit("/", 1)[0] == sr:
+            return name
+    return None
+
+
+def snapshot_of(snap, vol, present):
+    """Whether the snapshot row snap is one of the VDI vol's (a zvol row
+    carrying it): on vol, or on a hidden zvol that a revert or a reset of
+    vol set aside (ASIDE_OF), where those steps move the snapshots taken
+    after the one they go back to. present: the listing's rows by name."""
+    head = parent_of(snap["name"])
+    if head == vol["name"]:
+        return True
+    owner = present.get(head)
+    return owner is not None and is_hidden(owner) and \
+        bool(vol.get(VDI_UUID)) and owner.get(ASIDE_OF) == vol[VDI_UUID]
 
 
 def reverting(row):

@@ -17,12 +17,22 @@ command, no data copied whatever the disk's size:
   3. ``zfs clone -o <the VDI's properties> A@<snapshot> <vol>``: the VDI
      again, with the snapshot's content and size (``refreservation=auto``
      on a thick SR, A's dropped just before);
-  4. ``zfs set vdi=destroyed A``: A is hidden;
+  4. ``zfs set vdi=destroyed aside-of=<vdi> A``: A is hidden, and known
+     as the VDI's (``meta.snapshot_of``);
   5. ``zfs promote <vol>``: the snapshot and the older ones come back to
      <vol> under their names; A keeps the newer ones (and their clones)
      and is now a clone of ``<vol>@<snapshot>``, freed by the collector
      once nothing needs it;
   6. ``zfs inherit REVERTING A``: done.
+
+A snapshot an earlier revert (or a reset's rotation) moved is on a zvol
+B set aside then (hidden, ``aside-of`` the VDI): step 3 clones
+``B@<snapshot>``, and step 5 promotes <vol> as long as its origin is on
+such a zvol of the VDI's (B, then what B was cloned from, ...): each
+promote brings the snapshots up to the origin back to <vol>, until <vol>
+is no clone of the VDI's own set-aside zvols, which the collector frees
+once nothing else needs them. The clone is the snapshot's data exactly,
+wherever it is.
 
 A crash before <vol> is back with the VDI's properties (after 1, 2, or
 inside 3: a clone without them, ``meta.is_unmarked_clone``) is undone:
@@ -41,12 +51,14 @@ VDI_PROPS = [meta.VDI_UUID, meta.VDI_NAME, meta.VDI_DESCRIPTION,
              meta.VDI_KEYS, meta.VDI_SHARABLE, meta.CBT_ENABLED]
 
 
-def revert(vol_row, snap, thick):
+def revert(vol_row, snapshot, thick):
     """Steps 1 to 6 for the VDI whose zvol row is vol_row, to its snapshot
-    uuid snap. A clone that does not fit (OutOfSpace: a thick disk needs
-    its reservation twice meanwhile) is undone and raised."""
+    named snapshot (on that zvol, or on one set aside for it). A clone
+    that does not fit (OutOfSpace: a thick disk needs its reservation
+    twice meanwhile) is undone and raised."""
     vol = vol_row["name"]
     key = vol_row[meta.VDI_UUID]
+    snap = meta.object_uuid(snapshot)
     zfs.set_props(vol, {meta.REVERTING: "%s@%s" % (key, snap)})
     aside = meta.vdi_dataset(vol.rsplit("/", 1)[0], names.new_uuid())
     log.info("revert %s to @%s: set aside as %s", vol, snap, aside)
@@ -60,23 +72,25 @@ def revert(vol_row, snap, thick):
     if thick:
         zfs.set_props(aside, {"refreservation": "none"})
         props["refreservation"] = "auto"
+    source = "%s@%s" % (aside, snap) \
+        if meta.parent_of(snapshot) == vol else snapshot
     try:
-        zfs.clone("%s@%s" % (aside, snap), vol, props)
+        zfs.clone(source, vol, props)
     except errors.StorageError:
         log.error("revert %s: the clone failed, putting the disk back", vol)
         _undo(aside, vol, thick)
         raise
-    _forward_or_leave(aside, vol)
+    _forward_or_leave(aside, vol, key)
 
 
-def _forward_or_leave(aside, vol):
+def _forward_or_leave(aside, vol, key):
     """Steps 4 to 6 once the clone is in place. The VDI is reverted then
     (its name, identity and content are the snapshot's), so a failure here
     is logged, not raised: xapi would take the revert for failed and stop
     reverting the VM's other disks. The mark stays on aside, and
     ``finish`` does what is left at the next collect."""
     try:
-        _forward(aside, vol)
+        _forward(aside, vol, key)
     except errors.StorageError as exc:
         log.warning("revert %s: done, but setting %s aside is not finished "
                     "(%s); the next Volume.revert, Volume.destroy or "
@@ -106,7 +120,7 @@ def finish(row, present, thick):
         return False
     else:                                     # after 3, 4 or 5
         log.warning("revert %s: cut after the clone, finished", vol)
-        _forward(row["name"], vol, row, named)
+        _forward(row["name"], vol, key, row)
     return True
 
 
@@ -124,7 +138,8 @@ def repair(sr, key, thick):
             continue
         named = present.get(vol)
         if named is not None and meta.is_unmarked_clone(named) and \
-                named.get("origin") == "%s@%s" % (row["name"], found[1]):
+                named.get("origin") == meta.revert_source(
+                    row["name"], found[1], present):
             log.warning("revert %s: a clone cut before its properties, "
                         "destroyed", vol)
             zfs.destroy(vol)
@@ -156,11 +171,34 @@ def _restore_reservation(row, thick):
         zfs.set_props(row["name"], {"refreservation": "auto"})
 
 
-def _forward(aside, vol, row=None, named=None):
-    """Steps 4 to 6; row and named, the rows of aside and vol, when a
-    crash's (else they are as revert left them)."""
-    if row is None or row.get(meta.VDI_UUID) != meta.HIDDEN:
-        zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN})
-    if named is None or (named.get("origin") or "").startswith(aside + "@"):
-        zfs.promote(vol)
+def _forward(aside, vol, key, row=None):
+    """Steps 4 to 6; row, the row of aside when a crash's (else it is as
+    revert left it)."""
+    if row is None or row.get(meta.VDI_UUID) != meta.HIDDEN or \
+            row.get(meta.ASIDE_OF) != key:
+        zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN,
+                              meta.ASIDE_OF: key})
+    _promote(vol, key)
     zfs.inherit(aside, meta.REVERTING)
+
+
+def _promote(vol, key):
+    """Step 5: promote vol while it is a clone of a snapshot on a zvol set
+    aside for the VDI key (hidden, ASIDE_OF key): the snapshots up to its
+    origin come back to it each time. A promote done before a crash is
+    not done twice: its origin is then elsewhere, or none."""
+    for _ in range(ROUNDS):
+        origin = zfs.get_one(vol, ["origin"]).get("origin") or ""
+        if "@" not in origin:
+            return
+        head = zfs.get_one(meta.parent_of(origin), [meta.VDI_UUID,
+                                                    meta.ASIDE_OF])
+        if head.get(meta.VDI_UUID) != meta.HIDDEN or \
+                head.get(meta.ASIDE_OF) != key:
+            return
+        zfs.promote(vol)
+    raise errors.ZfsError("revert %s: still a clone of a zvol set aside "
+                          "after %d promotes" % (vol, ROUNDS))
+
+
+ROUNDS = 64   # bound on a chain of zvols set aside

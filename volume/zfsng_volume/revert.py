@@ -10,6 +10,11 @@ its record. A xapi without VDI.revert (XCP-ng 8.3's v26.1.4) reverts a VM
 the old way, a clone of the snapshot and the disk destroyed, which keeps
 working.
 
+The snapshot may be on the VDI's zvol, or on a zvol an earlier revert or
+a reset of a non-persistent disk set aside, with the snapshots newer than
+the one it went back to (``meta.snapshot_of``): xapi still lists those as
+the VDI's snapshots, and reverts to them like to any other.
+
 Instant whatever the disk's size, and kept: the VDI's uuid, name,
 description, keys and CBT state, every other snapshot (newer ones too)
 and every clone. The steps and their crash repair are
@@ -41,7 +46,7 @@ def revert(dbg, sr, snapshot, key):
                 "Volume.revert: %s is in use (processes %s hold it open): "
                 "shut its VM down first" % (key, ", ".join(
                     str(p) for p in users)))
-        revertsteps.revert(row, meta.object_uuid(snap["name"]),
+        revertsteps.revert(row, snap["name"],
                            sr_row.get(meta.SR_PROVISIONING) == "thick")
         _collect_after(sr, key)
     return None
@@ -72,8 +77,9 @@ def _pair(sr, rows, snapshot, key):
         raise errors.DataDestroyed(
             "Volume.revert: the data of snapshot %s was destroyed (kept "
             "for changed block tracking only)" % snapshot)
+    present = dict((r["name"], r) for r in rows)
     if not meta.is_snapshot(snap) or \
-            meta.parent_of(snap["name"]) != row["name"]:
+            not meta.snapshot_of(snap, row, present):
         raise errors.InvalidArgument(
             "Volume.revert: %s is not a snapshot of %s" % (snapshot, key))
     if any(r["name"] == meta.reset_point(row["name"]) for r in rows):
