@@ -26,7 +26,8 @@ and with ``-r`` it would destroy them. The reset then *rotates* instead:
      snapshots still the VDI's (a Volume.revert to them finds them);
   4. ``zfs promote <vol>``: the snapshots up to the reset point come back
      to <vol> under their names; A keeps the newer ones (and their clones),
-     and is now a clone of ``<vol>@zfsng-nonpersistent``;
+     and is now a clone of ``<vol>@zfsng-nonpersistent``; the records of
+     the bookmarks that moved with A follow them (revertsteps.repoint);
   5. ``zfs rename`` of that reset point to ``<vol>@zfsng-clone-<A uuid>``,
      then ``zfs destroy -d``: an internal snapshot ZFS frees with A.
 
@@ -196,6 +197,7 @@ def _hide_and_promote(target, aside):
         zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN,
                               meta.ASIDE_OF: _key(target)})
     zfs.promote(target.head)
+    revertsteps.repoint(target.sr)
 
 
 def _retire(target, clone):

@@ -19,7 +19,7 @@ import os
 import pytest
 
 from conftest import PluginError, one_disk_sr, played, sh, traced_points
-from test_cbt import changed, content, dataset_of, truth, write
+from test_cbt import changed, content, dataset_of, purge, truth, write
 from test_tapdisk import Xapi, nothing_left
 from xapi_flows import vdi_snapshot
 
@@ -84,6 +84,44 @@ def test_a_disk_reverts_to_its_middle_snapshot_keeping_everything(
     left = sh("zfs", "list", "-H", "-o", "name,org.xcp-ng.zfs-ng:reverting",
               "-t", "volume", "-r", sr)
     assert "@" not in left, left             # no mark left on any zvol
+
+
+def test_snapshots_a_revert_moved_revert_and_deltas_stay_exact(
+        plugin, dp, sr):
+    """Issue 39, items 1 and 2. Reverted to s1, the disk's newer
+    snapshots (s2, s3) are on the zvol set aside: Xen Orchestra's next
+    delta from s3 (a snapshot, or its bookmark once its data is destroyed)
+    lists exactly the blocks that differ, and a revert to s2 or s3 gives
+    the disk exactly their bytes."""
+    vdi, (s1, s2, s3), copy = history(plugin, sr, 5)
+    held = dict((v["key"], content(dp, v)) for v in (s1, s2, s3))
+    write(dataset_of(vdi), 6 * MiB, os.urandom(MiB // 4))
+    s4 = vdi_snapshot(plugin, sr, vdi["key"])
+    held[s4["key"]] = content(dp, s4)
+    purge(plugin, sr, s4)                    # XO, once s4 is backed up
+    plugin("Volume.revert", sr=sr, snapshot=s1["key"], key=vdi["key"])
+    write(dataset_of(vdi), 3 * MiB, os.urandom(MiB // 4))
+    s5 = vdi_snapshot(plugin, sr, vdi["key"])
+    new = content(dp, s5)
+    for base in (s3, s4, s2):
+        want = truth(held[base["key"]], new)
+        got = changed(plugin, sr, base["key"], s5["key"], DISK)
+        print("from %s: %d blocks listed, %d differ"
+              % (base["key"], len(got), len(want)))
+        assert want and got == want, base["key"]
+    before = listed(plugin, sr)
+    for snap in (s2, s3, s5, s1, s3):
+        plugin("Volume.revert", sr=sr, snapshot=snap["key"], key=vdi["key"])
+        assert sha(content(dp, vdi)) == sha(held.get(snap["key"]) or new)
+        after = listed(plugin, sr)
+        assert sorted(after) == sorted(before)
+        assert after[vdi["key"]]["keys"] == before[vdi["key"]]["keys"]
+        for v in (s1, s2, s3):
+            assert sha(content(dp, after[v["key"]])) == sha(held[v["key"]])
+    for key in sorted(before):
+        plugin("Volume.destroy", sr=sr, key=key)
+    left = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r", sr)
+    assert left.split() == [sr], left
 
 
 def test_a_disk_a_vm_holds_open_is_not_reverted(plugin, dp, sr):

@@ -22,7 +22,8 @@ command, no data copied whatever the disk's size:
   5. ``zfs promote <vol>``: the snapshot and the older ones come back to
      <vol> under their names; A keeps the newer ones (and their clones)
      and is now a clone of ``<vol>@<snapshot>``, freed by the collector
-     once nothing needs it;
+     once nothing needs it; 5b: the records of the bookmarks that moved
+     with A (data-destroyed snapshot VDIs') follow them (``repoint``);
   6. ``zfs inherit REVERTING A``: done.
 
 A snapshot an earlier revert (or a reset's rotation) moved is on a zvol
@@ -179,7 +180,29 @@ def _forward(aside, vol, key, row=None):
         zfs.set_props(aside, {meta.VDI_UUID: meta.HIDDEN,
                               meta.ASIDE_OF: key})
     _promote(vol, key)
+    repoint(vol.rsplit("/", 1)[0])
     zfs.inherit(aside, meta.REVERTING)
+
+
+def repoint(sr):
+    """Step 5b. A data-destroyed snapshot VDI's bookmark lives in its
+    zvol: the rename of step 2 takes it to the zvol set aside (a promote
+    brings those up to its origin back). Its record (CBT_BOOKMARK, on
+    the VDI's empty zvol) is set to where it is now, found by its name
+    (the snapshot's uuid, unique in the SR): list_changed_blocks reads
+    from it, and the collector keeps the zvol it is on. One listing of
+    each kind, a ``zfs set`` per record moved; done again after a crash
+    (before step 6)."""
+    where = {}
+    for row in zfs.list_datasets(sr, ["name"], types="bookmark"):
+        where[row["name"].partition("#")[2]] = row["name"]
+    for row in zfs.list_datasets(sr, ["name", meta.CBT_BOOKMARK],
+                                 types="volume", depth=1):
+        mark = row.get(meta.CBT_BOOKMARK) or ""
+        now = where.get(mark.partition("#")[2])
+        if "#" in mark and now and now != mark:
+            log.info("%s: its bookmark is now %s", row["name"], now)
+            zfs.set_props(row["name"], {meta.CBT_BOOKMARK: now})
 
 
 def _promote(vol, key):

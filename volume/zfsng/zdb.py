@@ -48,9 +48,11 @@ def born_since(txg, snapshot, block, bound):
     pointers (``zdb -ddddd <snapshot> 1``, blockbirth): metadata only,
     read as it comes, within bound seconds. The snapshot must be on disk:
     zdb reads the pool from its disks, as the last synced txg left it
-    (``zfs snapshot`` returns once its txg synced)."""
-    if snapshot.startswith("-") or "@" not in snapshot:
-        raise errors.InternalError("not a snapshot name: %r" % snapshot)
+    (``zfs snapshot`` returns once its txg synced). A zvol (cbt reads a
+    hidden one, which nothing writes) is read as that txg left it."""
+    if snapshot.startswith("-") or "#" in snapshot or "/" not in snapshot:
+        raise errors.InternalError("not a snapshot or zvol name: %r"
+                                   % snapshot)
     argv = _zdb_argv(snapshot) + ["-ddddd", snapshot, "1"]
     result, found = runner.stream(
         argv, lambda read: blockbirth.parse(read, txg, block), bound=bound)

@@ -283,7 +283,11 @@ def _changes(source, snapshot, known, size, block):
     snapshot's allocation map. From the birth times of snapshot's block
     pointers (blockbirth: metadata only); from an incremental zfs send
     (which reads the changed data) if zdb cannot answer."""
-    txg = _txg_in_history(source, snapshot)
+    txg, common = _history(source, snapshot)
+    if common is not None:
+        found = _across(source, snapshot, known, common, size, block)
+        if found is not None:
+            return found
     try:
         born, data = zdb.born_since(txg or 0, snapshot, block, _allow(
             ZDB_RATE, _pointers(snapshot, size, block)))
@@ -317,40 +321,94 @@ def _allow(rate, work):
     return runner.allow(rate, work, AFTER_READ)
 
 
-def _txg_in_history(source, snapshot):
-    """source's txg, once sure that source is in snapshot's history (an
-    earlier snapshot or bookmark of its zvol, or of the zvols it was
-    cloned from, before the clone): the birth times answer for no other
-    base. ZFS's own check of an incremental send, done here.
+def _history(source, snapshot):
+    """(txg, common). txg: source's txg, once sure that source is in
+    snapshot's history (an earlier snapshot or bookmark of its zvol, or of
+    the zvols it was cloned from, before the clone): the birth times
+    answer from it alone. ZFS's own check of an incremental send, done
+    here.
 
-    None for a source of the same disk out of that history: a snapshot
-    taken before a Volume.revert to an older one (zfsng/revertsteps.py)
-    is on the zvol set aside, and its bookmark may be too, no longer under
-    the name kept for it. The changes are then every range where either
-    may hold data (source's map, snapshot's data): more than changed,
-    never less. A source of another disk is refused."""
+    Else common: the last txg both histories share. A snapshot taken
+    before a Volume.revert to an older one is on the zvol set aside (and
+    its bookmark may be), out of the disk's history since; both go back
+    to the snapshot the revert cloned from, where their histories meet
+    (``_across``). (None, None) when source is gone (history lost):
+    ``_changes`` then lists every range either may hold, more than
+    changed, never less. A source of another disk is refused."""
     try:
         txg = zfs.createtxg(source)
     except errors.DatasetNotFound:
         log.info("%s is gone (moved by a revert): listing every range "
                  "either may hold", source)
-        return None
+        return None, None
     mine = source.split("@", 1)[0].split("#", 1)[0]
-    theirs = set()
+    theirs = {}
     for zvol, limit, strict in _lineage(meta.parent_of(snapshot),
                                         zfs.createtxg(snapshot)):
-        theirs.add(zvol)
+        theirs.setdefault(zvol, limit)
         if mine == zvol:
             if txg < limit or (txg == limit and not strict):
-                return txg
+                return txg, None
             break
-    if mine in theirs or theirs & set(z for z, _, _ in _lineage(mine, txg)):
-        log.info("%s is not in the history of %s (a revert in between): "
-                 "listing every range either may hold", source, snapshot)
-        return None
+    for zvol, limit, _ in _lineage(mine, txg):
+        if zvol in theirs:
+            common = min(limit, theirs[zvol])
+            log.info("%s is not in the history of %s (a revert in "
+                     "between): both go back to %s at txg %d", source,
+                     snapshot, zvol, common)
+            return None, common
     raise errors.ZfsError("cannot list the changes from %s to %s: %s is "
                           "not an earlier snapshot of its disk"
                           % (source, snapshot, source))
+
+
+def _across(source, snapshot, known, common, size, block):
+    """(changed, map) between source and snapshot whose histories part
+    after txg common (a revert between them), or None when it cannot be
+    read (the caller lists every range either may hold).
+
+    A block born at or before common, in either, is the block the shared
+    history had there. So a place is unchanged where both hold such a
+    block, or where neither holds data; every other place may differ.
+    source's blocks are read from source itself; a bookmark's (its data
+    destroyed) from the zvol it is on when that is hidden (set aside by
+    the revert: nothing writes to it, and no rollback went past the
+    bookmark, which ZFS refuses): a block of the zvol born at or before
+    common was source's too. Where source held data is then its map
+    (known), which holds every byte it had."""
+    reference = _reference(source)
+    if reference is None:
+        log.info("%s: its zvol is in use, listing every range either may "
+                 "hold", source)
+        return None
+    try:
+        born, data = zdb.born_since(common, snapshot, block, _allow(
+            ZDB_RATE, _pointers(snapshot, size, block)))
+        their_born, theirs = zdb.born_since(common, reference, block, _allow(
+            ZDB_RATE, _pointers(reference, size, block)))
+    except errors.CommandTimeout:
+        raise
+    except errors.StorageError as exc:
+        log.warning("zdb could not list the blocks of %s and %s since txg "
+                    "%d (%s)", reference, snapshot, common, exc.message)
+        return None
+    held = theirs if reference == source else known
+    shared = blockmap.intersect(blockmap.subtract(data, born),
+                                blockmap.subtract(theirs, their_born))
+    return blockmap.subtract(blockmap.union(held, data), shared), data
+
+
+def _reference(source):
+    """What source's blocks are read from: itself (a snapshot); for a
+    bookmark, the zvol it is on if that zvol is hidden, else None."""
+    if "#" not in source:
+        return source
+    zvol = source.split("#", 1)[0]
+    try:
+        row = zfs.get_one(zvol, [meta.VDI_UUID])
+    except errors.DatasetNotFound:
+        return None
+    return zvol if row.get(meta.VDI_UUID) == meta.HIDDEN else None
 
 
 def _lineage(zvol, txg):
@@ -373,12 +431,26 @@ def _source(base, key):
     """What the stream starts from: the snapshot, or the bookmark that
     replaced it."""
     if meta.is_data_destroyed(base):
-        return base[meta.CBT_BOOKMARK]
+        return _bookmark_now(base[meta.CBT_BOOKMARK])
     if not meta.is_snapshot(base):
         raise errors.InvalidArgument(
             "VDI %s is not a snapshot: changed blocks are listed from a "
             "snapshot to a later snapshot (or the disk itself)" % key)
     return base["name"]
+
+
+def _bookmark_now(mark):
+    """Where a data-destroyed VDI's bookmark is: its record, or, if a
+    revert or reset moved it with its zvol and the record is not yet
+    updated (revertsteps.repoint), the bookmark of the same name in the
+    SR. The record if neither is there (its history is gone)."""
+    if zfs.exists(mark):
+        return mark
+    sr = mark.rsplit("/", 1)[0]
+    for row in zfs.list_datasets(sr, ["name"], types="bookmark"):
+        if row["name"].partition("#")[2] == mark.partition("#")[2]:
+            return row["name"]
+    return mark
 
 
 def _window(offset, length, size):

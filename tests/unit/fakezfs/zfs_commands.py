@@ -453,9 +453,10 @@ class ZfsCommands(object):
         if new in pool.datasets:
             raise CommandError("%s: dataset already exists" % errprefix)
         moves = [(old, new)]
-        if "@" not in old:
+        if "@" not in old:     # its bookmarks live in it too
             moves += [(d.name, new + d.name[len(old):])
-                      for d in self._snapshots(pool, old)]
+                      for d in self._snapshots(pool, old) +
+                      self._bookmarks(pool, old)]
         self._rename_all(pool, moves)
         return ""
 
