@@ -520,3 +520,58 @@ def test_a_power_cut_inside_the_clone_is_undone(next_call, moved):
         assert garbage(host, sr) == []
         destroy_everything(sr)
         assert_only_the_sr_is_left(host, sr)
+
+
+@pytest.mark.parametrize("next_call", ["revert", "attach"])
+def test_a_killed_revert_keeps_the_moved_bookmarks_found(next_call):
+    """s3's data destroyed (Xen Orchestra), its bookmark moves with the
+    zvol the revert to s1 sets aside; killed after any command, the next
+    call leaves the record pointing at it (step 5b), the zvol it is on
+    kept, and the next delta from s3 exact."""
+    from test_cbt import granules
+
+    def setup(host):
+        sr, config, roles = _scenario(host)
+        held = dict(host.dataset(snapshot_name(host, sr,
+                                               roles["s3"])).blocks)
+        call("Volume.data_destroy", sr=sr, key=roles["s3"])
+        return sr, config, roles, held
+
+    host = fakezfs.FakeZfs.with_disks()
+    with installed(host):
+        sr, _, roles, _ = setup(host)
+        total = commands_run(host, lambda: revert(sr, roles["s1"],
+                                                  roles["vdi"]))
+    failures = []
+    for n in range(1, total + 1):
+        host = fakezfs.FakeZfs.with_disks()
+        with installed(host):
+            sr, config, roles, held = setup(host)
+            stub = zvol(sr, roles["s3"])
+            s3_map = host.get(stub, meta.CBT_MAP)
+            with installed(CrashAfter(host, n)):
+                with pytest.raises(Killed):
+                    revert(sr, roles["s1"], roles["vdi"])
+            if next_call == "revert":
+                revert(sr, roles["s1"], roles["vdi"])
+            else:
+                call("SR.detach", sr=sr)
+                sr = call("SR.attach", configuration=config)
+            try:
+                mark = host.get(stub, meta.CBT_BOOKMARK)
+                assert host.exists(mark), mark
+                assert host.get(stub, meta.CBT_MAP) == s3_map
+                block = host.dataset(zvol(sr, roles["vdi"])).volblocksize
+                host.guest_write(zvol(sr, roles["vdi"]), 90 * block, block)
+                s4 = vdi_snapshot(sr, roles["vdi"])["key"]
+                new = host.dataset(snapshot_name(host, sr, s4))
+                got = set(granules(call(
+                    "Volume.list_changed_blocks", sr=sr, key=roles["s3"],
+                    key2=s4, offset=0, length=-1), new.volsize))
+                assert got == _differ(held, new.blocks, block), n
+                assert garbage(host, sr) == []
+                destroy_everything(sr)
+                assert_only_the_sr_is_left(host, sr)
+            except AssertionError as exc:
+                failures.append("killed after %d of %d: %r" % (n, total, exc))
+    assert not failures, "\n".join(failures)
