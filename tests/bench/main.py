@@ -66,7 +66,8 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default=None,
                         help="disk-bound: only these parts (comma list: "
-                             "launch_runs,scaling,layouts,cbt_list)")
+                             "launch_runs,scaling,layouts,cbt_list); cbt: "
+                             "list_methods,bytes_read,after_revert,by_size")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
                              "backends (comma list: the defaults' names, "

@@ -348,9 +348,29 @@ def control(d, out):
 
 
 def cbt(d, out):
-    b = d["bytes_read"]
-    md = ["## Changed blocks\n",
-          "### Bytes read per incremental backup against bytes changed\n",
+    md = ["## Changed blocks\n"]
+    if d.get("bytes_read"):
+        md += _cbt_bytes_read(d["bytes_read"])
+    if d.get("after_revert"):
+        r = d["after_revert"]
+        md.append("\n### The next delta after a revert\n")
+        md.append("A %d MiB disk written whole; S1; 48 KiB writes over 5%%; "
+                  "S2, listed and data-destroyed (backed up); the disk "
+                  "reverted to S1; 5%% more; S3. "
+                  "`list_changed_blocks(S2, S3)` from S2's bookmark: "
+                  "*read*, the 64 KiB blocks it marks; *differ*, the blocks "
+                  "whose bytes differ. Target: read at most 1.1x differ.\n"
+                  % (r["disk_bytes"] >> 20))
+        md.append(table(["differ MiB", "read MiB", "read / differ",
+                         "list_changed_blocks s"],
+                        [["%.1f" % (r["differ_bytes"] / 1048576.0),
+                          "%.1f" % (r["read_bytes"] / 1048576.0),
+                          "%.3fx" % r["ratio"], "%.2f" % r["lcb_s"]]]))
+    return md + _cbt_rest(d, out)
+
+
+def _cbt_bytes_read(b):
+    md = ["### Bytes read per incremental backup against bytes changed\n",
           "A %d MiB disk written whole, then rounds as Xen Orchestra runs "
           "them: random 48 KiB writes over a fraction of the disk, a "
           "snapshot, `Volume.list_changed_blocks(previous, new)`, "
@@ -369,6 +389,11 @@ def cbt(d, out):
     md.append(table(["changed", "changed MiB", "read MiB", "read / changed",
                      "list_changed_blocks s", "whole reads MiB",
                      "whole reads s"], rows))
+    return md
+
+
+def _cbt_rest(d, out):
+    md = []
     if d.get("list_methods"):
         m = d["list_methods"]
         md.append("\n### Listing the changes: block births against zfs "
@@ -390,6 +415,8 @@ def cbt(d, out):
                  "%.2fx" % (r["send_s"] / r["read_s"])] for r in m]
         md.append(table(["changed", "changed MiB", "zdb s", "send s",
                          "read once s", "zdb / read", "send / read"], rows))
+    if not d.get("by_size"):
+        return md
     md.append("\n### list_changed_blocks against disk size\n")
     md.append("Sparse disks, 1 MiB written, a snapshot, 1 MiB more in the "
               "middle, a snapshot; median (min-max) of the runs, the first "
