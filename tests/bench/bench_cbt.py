@@ -169,6 +169,9 @@ def after_revert(ctx):
     ctx.plugin("Volume.data_destroy", sr=ctx.sr, key=s2["key"])
     ctx.plugin("Volume.revert", sr=ctx.sr, snapshot=s1["key"],
                key=vol["key"])
+    common.run(["zfs", "set", "snapdev=visible",   # a new zvol: again
+                common.volume_dataset(vol)])
+    common.run(["udevadm", "settle"])    # the device is the new zvol's
     dev = ctx.zvol_device(vol)
     _scatter(dev, size, 0.05, rnd)
     s3 = ctx.plugin("Volume.snapshot", sr=ctx.sr, key=vol["key"])
