@@ -138,6 +138,20 @@ def test_a_snapshot_an_earlier_revert_moved_reverts_too(fake, sr):
     assert_only_the_sr_is_left(fake, sr)
 
 
+def test_disabling_cbt_drops_the_maps_of_snapshots_set_aside(fake, sr):
+    """The maps of a disk's snapshots are CBT's only: disable_cbt drops
+    them, those a revert moved aside too."""
+    vdi, (s1, s2, s3), _ = history(fake, sr)
+    for a, b in ((s1, s2), (s2, s3)):
+        call("Volume.list_changed_blocks", sr=sr, key=a, key2=b, offset=0,
+             length=-1)
+    revert(sr, s1, vdi)
+    names = [snapshot_name(fake, sr, k) for k in (s1, s2, s3)]
+    assert all(fake.get(n, meta.CBT_MAP) for n in names)
+    call("Volume.disable_cbt", sr=sr, key=vdi)
+    assert [n for n in names if fake.get(n, meta.CBT_MAP)] == []
+
+
 def test_another_disks_set_aside_snapshot_is_still_refused(fake, sr):
     """A snapshot moved by a revert of another disk is that disk's: the
     revert is refused, nothing changed."""

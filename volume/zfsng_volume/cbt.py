@@ -84,9 +84,10 @@ def _set_enabled(sr, key, on):
                  "enabling" if on else "disabling", row["name"])
         zfs.set_props(row["name"], {meta.CBT_ENABLED: values.encode_bool(on)})
         if not on and not meta.is_snapshot(row):
-            for snap in rows:
+            present = dict((r["name"], r) for r in rows)
+            for snap in rows:      # a revert may have set some aside
                 if meta.is_snapshot(snap) and \
-                        meta.parent_of(snap["name"]) == row["name"]:
+                        meta.snapshot_of(snap, row, present):
                     _drop_map(snap["name"])
 
 
