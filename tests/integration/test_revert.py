@@ -116,8 +116,8 @@ def test_snapshots_a_revert_moved_revert_and_deltas_stay_exact(
         after = listed(plugin, sr)
         assert sorted(after) == sorted(before)
         assert after[vdi["key"]]["keys"] == before[vdi["key"]]["keys"]
-        for v in (s1, s2, s3):
-            assert sha(content(dp, after[v["key"]])) == sha(held[v["key"]])
+    for v in (s1, s2):
+        assert sha(content(dp, after[v["key"]])) == sha(held[v["key"]])
     for key in sorted(before):
         plugin("Volume.destroy", sr=sr, key=key)
     left = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r", sr)
