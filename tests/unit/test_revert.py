@@ -215,6 +215,29 @@ def test_changed_blocks_across_a_revert_are_exact(fake, sr, destroyed):
     assert listed_from(s3) == (truth | late if destroyed else truth)
 
 
+def test_a_bookmark_whose_record_is_stale_is_found_where_it_moved(fake,
+                                                                     sr):
+    """A record a revert or a reset did not update yet (a crash before
+    its step 5b, or a pool from before it) names the bookmark where it
+    was: list_changed_blocks finds it by its name, and stays exact."""
+    from test_cbt import granules
+    vdi, (_, s2, s3), _ = history(fake, sr)
+    block = fake.dataset(zvol(sr, vdi)).volblocksize
+    held = dict(fake.dataset(snapshot_name(fake, sr, s3)).blocks)
+    call("Volume.data_destroy", sr=sr, key=s3)
+    stub = zvol(sr, s3)
+    was = fake.get(stub, meta.CBT_BOOKMARK)
+    revert(sr, s2, vdi)
+    assert fake.get(stub, meta.CBT_BOOKMARK) != was
+    fake.admin("zfs set %s=%s %s" % (meta.CBT_BOOKMARK, was, stub))
+    fake.guest_write(zvol(sr, vdi), 80 * block, block)
+    s4 = vdi_snapshot(sr, vdi)["key"]
+    new = fake.dataset(snapshot_name(fake, sr, s4))
+    got = set(granules(call("Volume.list_changed_blocks", sr=sr, key=s3,
+                            key2=s4, offset=0, length=-1), new.volsize))
+    assert got == _differ(held, new.blocks, block)
+
+
 def test_the_newest_snapshot_leaves_nothing_aside(fake, sr):
     vdi, (_, _, s3), copy = history(fake, sr)
     call("Volume.destroy", sr=sr, key=copy)

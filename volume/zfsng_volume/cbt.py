@@ -445,8 +445,11 @@ def _bookmark_now(mark):
     revert or reset moved it with its zvol and the record is not yet
     updated (revertsteps.repoint), the bookmark of the same name in the
     SR. The record if neither is there (its history is gone)."""
-    if zfs.exists(mark):
+    try:
+        zfs.createtxg(mark)
         return mark
+    except errors.DatasetNotFound:
+        pass
     sr = mark.rsplit("/", 1)[0]
     for row in zfs.list_datasets(sr, ["name"], types="bookmark"):
         if row["name"].partition("#")[2] == mark.partition("#")[2]:
