@@ -348,6 +348,12 @@ BEYOND_CHECK = (
     # unit tests kill it after every command, and the datapath's repair)
     "test_revert.py::test_a_revert_killed_after_each_change_is_finished_"
     "by_the_retry",
+    # issue 39: reverts to snapshots a revert moved, and the deltas across
+    # it, about 240 s on 2.3 (a dozen dom0 attaches read whole); the unit
+    # tests play both on the fake, with every crash point, and make check
+    # keeps the revert to a middle snapshot and its deltas
+    "test_revert.py::test_snapshots_a_revert_moved_revert_and_deltas_stay_"
+    "exact",
     "test_migrate_out.py::test_a_running_vms_disk_moves_to_any_nbd_"
     "destination",
     "test_migrate_out.py::test_a_failed_mirror_leaves_the_vm_running_and_"
