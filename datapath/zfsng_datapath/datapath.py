@@ -38,7 +38,7 @@ from zfsng_datapath.errors import NotAttached, TapdiskError, \
 
 
 def _call_lock(target):
-    return lock.held("datapath-" + target.head)
+    return state.vdi_lock(target.head)
 
 
 def _load(target, domain):

@@ -33,7 +33,8 @@ beside the job's file (the job's process rewrites its file whole):
 
 Data.mirror checks and records the job, starts the mirror job
 (``mirrorjob``, a detached process with a bound on its life) and returns
-at once. Data.stat is one or two file reads: xapi calls it in a loop.
+at once. Data.stat is one or two file reads: xapi calls it in a loop
+(more only once, for a job whose process died: ``finish_dead``).
 
 A job's state is one JSON file in DIR (beside the datapath's state files,
 on the same tmpfs: a reboot ends every mirror), written whole by
@@ -42,14 +43,22 @@ the job as it goes: phase ("starting", "copying", "mirroring", "done",
 rounds, the guest's pause, the error. A job whose process is gone
 before it finished is failed, whatever its file says. Files of jobs that
 ended more than KEEP seconds ago are removed by the next Data.mirror.
+
+A job killed (SIGKILL, the OOM killer) skips its own cleanup: its VBD
+may stay in mirror mode, where tapdisk answers an ENOSPC on the zvol as
+success (the write lost), and its space guard stays. The next call that
+sees it (Data.stat, Data.mirror's sweep, Datapath.deactivate) does that
+cleanup for it (``finish_dead``) and then records the job failed.
 """
 
+import contextlib
 import os
 import sys
 import time
 
-from zfsng import errors, log, names, runfiles, runner, wire
-from zfsng_datapath import nbd, scope, state, uri as urimod
+from zfsng import errors, lock, log, names, runfiles, runner, spaceguard, \
+    wire
+from zfsng_datapath import nbd, scope, state, tapctl, uri as urimod
 from zfsng_datapath.errors import MirrorFailed, NotAttached
 
 DIR = state.RUN_DIR + "-mirror"
@@ -117,6 +126,87 @@ def status(job):
     return {"failed": now == "failed",
             "complete": now in ("mirroring", "done"),
             "progress": progress}
+
+
+def _dead(job):
+    """Its process ended before the job recorded its end."""
+    return job["phase"] not in FINISHED and not _alive(job)
+
+
+def finish_dead(job, vdi_locked=False):
+    """The cleanup a job whose process died did not run: its VBD, if it
+    still runs, leaves mirror mode (``leave_mirror_mode``), its space
+    guard is put back, then the job is recorded failed, in that order: a
+    crash in between leaves it dead and unfinished, done again by the
+    next call (each step can be done twice). Neither is touched while a
+    live job holds the disk's guard (a newer move of it: that mirror is
+    its own). A VBD that tapdisk would not take out of mirror mode keeps
+    the guard, and the job stays for the next call. Under the VDI's lock
+    (vdi_locked: the caller holds it) and the SR lock; returns the job as
+    it is now."""
+    if not _dead(job):
+        return job
+    try:
+        with _vdi_lock(job["dataset"], vdi_locked), \
+                lock.sr_lock(job["sr"]):
+            return _finish_dead(load(job["key"]) or job)
+    except errors.StorageError as exc:
+        log.error("mirror %s: the cleanup of its dead process is left for "
+                  "the next call: %s", job["key"], exc.message)
+        return job
+
+
+def _finish_dead(job):
+    if not _dead(job):                 # another call finished it
+        return job
+    zvol = job["dataset"]
+    if not lock.being_read(spaceguard.lock_name(zvol)):
+        if job.get("switching") and not leave_mirror_mode(
+                job["key"], job["tapdisk"], job["minor"]):
+            return job
+        spaceguard.release(zvol)
+    why = job.get("error") or "its process ended before the mirror did"
+    job = dict(job, phase="failed", error=why, ended=time.time())
+    save(job)
+    log.error("mirror %s of %s: %s (its cleanup done for it)", job["key"],
+              zvol, why)
+    return job
+
+
+def _vdi_lock(dataset, held):
+    return contextlib.ExitStack() if held else state.vdi_lock(dataset)
+
+
+def leave_mirror_mode(key, pid, minor):
+    """Reopen the VBD's image without a secondary (``unpause -2 null``):
+    for a mirror that failed while its VM runs on here. tapdisk marks the
+    image TD_IGNORE_ENOSPC when it adds a secondary and keeps the mark
+    once the secondary is dropped: an ENOSPC on the zvol would then be
+    answered success to the guest, the write lost (tapdisk-vbd.c
+    tapdisk_vbd_complete_td_request). A VBD left paused (its job died
+    between pause and unpause) is unpaused so. Nothing to do once the
+    VBD is closed. True once the VBD is out of mirror mode (or closed);
+    False, logged, when tap-ctl failed: never raises (it runs on the way
+    out of an error, the one to report)."""
+    try:
+        row = tapctl.view().vbd(pid, minor)
+        if row is None or not row.is_open:
+            return True
+        if not row.is_paused:
+            tapctl.pause(pid, minor)   # a failed one leaves it running
+        try:
+            tapctl.unpause(pid, minor, "null")
+        except BaseException:
+            tapctl.settle_unpaused(pid, minor)
+            raise
+        log.info("mirror %s: tapdisk %s minor %s out of mirror mode", key,
+                 pid, minor)
+        return True
+    except errors.StorageError as exc:
+        log.error("mirror %s: tapdisk %s minor %s may still ignore ENOSPC "
+                  "(a pause and unpause of it clears it): %s", key, pid,
+                  minor, exc.message)
+        return False
 
 
 def _marker(key, what):
@@ -236,7 +326,10 @@ def _new_job(target, uri, domain, remote):
 
 
 def _sweep():
-    """Remove the files of jobs that ended more than KEEP seconds ago."""
+    """Finish the jobs whose process died (``finish_dead``); remove the
+    files of jobs that ended more than KEEP seconds ago."""
+    for job in _jobs(_dead):
+        finish_dead(job)
     now = time.time()
     for job in _jobs(lambda j: phase(j) in FINISHED and
                      now - j.get("ended", now) >= KEEP):
@@ -257,6 +350,7 @@ def stat(dbg, operation):
     if job is None:
         raise errors.InvalidArgument("Data.stat: no operation %s %s on "
                                      "this host" % (kind, key))
+    job = finish_dead(job)
     why = _failure_to_report(job)
     if why is not None:
         raise _failed(job, why)
@@ -293,6 +387,7 @@ def check_ended(dataset, domain, tapdisk_failed):
     move stopped. tapdisk_failed: tapdisk said it dropped the mirror
     (nbd_mirror_failed) before it closed."""
     for job in jobs_of(dataset, domain):
+        job = finish_dead(job, vdi_locked=True)
         if not _marked(job["key"], "complete") or \
                 _marked(job["key"], "reported"):
             continue      # nothing to tell xapi: never waited for
@@ -305,6 +400,7 @@ def check_ended(dataset, domain, tapdisk_failed):
         if tapdisk_failed and phase(job) == "done":
             job = dict(job, phase="failed",
                        error="tapdisk dropped the mirror")
+        job = finish_dead(job, vdi_locked=True)   # died meanwhile
         if phase(job) not in FINISHED:
             job = dict(job, phase="failed", error="the mirror did not end "
                        "within %d s of the disk's close" % END_WAIT)

@@ -184,30 +184,9 @@ def mirror_writes(job, copy, base, listener, held):
 
 
 def _leave_mirror_mode(job):
-    """A mirror that failed while its VM runs on here: reopen the disk's
-    image without a secondary (``unpause -2 null``). tapdisk marks the
-    image TD_IGNORE_ENOSPC when it adds a secondary and keeps the mark
-    once the secondary is dropped: an ENOSPC on the zvol would then be
-    answered success to the guest, the write lost (tapdisk-vbd.c
-    tapdisk_vbd_complete_td_request). Nothing to do once the VBD is
-    closed; never raises (the job's error is the one to report)."""
-    pid, minor = job["tapdisk"], job["minor"]
-    try:
-        row = tapctl.view().vbd(pid, minor)
-        if row is None or not row.is_open:
-            return
-        tapctl.pause(pid, minor)      # a failed one leaves it running
-        try:
-            tapctl.unpause(pid, minor, "null")
-        except BaseException:
-            tapctl.settle_unpaused(pid, minor)
-            raise
-        log.info("mirror %s: tapdisk %s minor %s out of mirror mode",
-                 job.key, pid, minor)
-    except errors.StorageError as exc:
-        log.error("mirror %s: tapdisk %s minor %s may still ignore ENOSPC "
-                  "(a pause and unpause of it clears it): %s", job.key,
-                  pid, minor, exc.message)
+    """A mirror that failed while its VM runs on here: its VBD leaves
+    mirror mode (mirror.leave_mirror_mode says why)."""
+    mirror.leave_mirror_mode(job.key, job["tapdisk"], job["minor"])
 
 
 def _watch(job, forwarder):
@@ -315,6 +294,9 @@ class Copy(object):
         waiter.daemon = True    # tapdisk connects during the unpause
         pools.sync(self.zvol.split("/")[0])   # less for the snapshot to wait
         with lock.sr_lock(self.job["sr"]):    # for inside the pause
+            # from here a killed job's VBD may be left in mirror mode,
+            # which the next call then leaves (mirror.finish_dead)
+            self.job.update(switching=time.time())
             tapctl.pause(pid, minor)   # a failed one leaves the VBD running
             paused = time.monotonic()
             try:

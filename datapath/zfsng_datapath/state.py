@@ -24,7 +24,7 @@ Fields (all optional but uri/dataset/domain):
 
 import os
 
-from zfsng import runfiles, testhooks
+from zfsng import lock, runfiles, testhooks
 
 RUN_DIR = testhooks.get("ZFSNG_DATAPATH_DIR",
                         "/var/run/nonpersistent/zfs-ng-datapath")
@@ -45,6 +45,12 @@ def path(dataset, domain):
     joined = "%s.%s" % (_escape(dataset), _escape(domain))
     return os.path.join(RUN_DIR, runfiles.fit(
         joined, "%s\0%s" % (dataset, domain)) + ".json")
+
+
+def vdi_lock(head):
+    """The lock a datapath call holds on a VDI (its zvol, head) while it
+    changes the VDI's tapdisk; taken before the SR lock."""
+    return lock.held("datapath-" + head)
 
 
 def load(dataset, domain):

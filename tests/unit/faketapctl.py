@@ -43,6 +43,10 @@ which plays the same command sequences on both in the test guest:
 Test helpers: ``kill_tapdisk(pid)`` (a tapdisk that died: its VBDs vanish,
 its minors stay allocated and become orphans, as the kernel keeps them),
 ``reboot()``, ``vbds()``, ``inject(prefix, errno, times)``.
+
+Mirror mode: an unpause with ``-2 nbd:...`` marks the VBD's image
+``ignore_enospc`` (tapdisk's TD_IGNORE_ENOSPC, kept once the secondary
+is dropped); only a reopen clears it: ``unpause -2 null``, or close.
 """
 
 import errno
@@ -246,7 +250,7 @@ class FakeTapCtl(object):
         if not self.exists(path):
             raise _Errno(errno.ENOENT)
         vbd["args"], vbd["readonly"] = opts["a"], "R" in opts
-        vbd["state"] = 0
+        vbd["state"], vbd["ignore_enospc"] = 0, False
         return ""
 
     def _close(self, args):
@@ -254,7 +258,7 @@ class FakeTapCtl(object):
         if vbd["args"] is None:
             return ""                    # already closed: done
         vbd["args"], vbd["readonly"] = None, False
-        vbd["state"] = CLOSED
+        vbd["state"], vbd["ignore_enospc"] = CLOSED, False
         return ""
 
     def _pause(self, args):
@@ -292,6 +296,8 @@ class FakeTapCtl(object):
             if not self.exists(self._image_path(opts["a"])):
                 raise _Errno(errno.ENOENT)
             vbd["args"] = opts["a"]
+        if "2" in opts:
+            vbd["ignore_enospc"] = opts["2"] != "null"
         vbd["state"] = 0
         return ""
 

@@ -18,7 +18,8 @@ import pytest
 import faketapctl
 from conftest import GiB, call, create_sr, create_volume
 from test_datapath import DOM0, GUEST, dataset_of, dp, host, snap_vdi, uri_of, vdi  # noqa: F401,E501
-from zfsng import collect, errors, lock, meta, names, runner, zfs
+from zfsng import collect, errors, lock, meta, names, runner, spaceguard, \
+    zfs
 from zfsng_datapath import mirror, mirrorjob, nbd, relay, tapctl
 from zfsng_datapath.errors import MirrorFailed, NbdError, NotAttached
 
@@ -82,7 +83,8 @@ def test_refuses_before_starting_anything(snap_vdi, spawned, case):
 
 def job_in(phase, pid, **fields):
     job = {"key": "0b7f4c36-3e2a-4d51-9a1c-5f6e7d8c9b0a", "phase": phase,
-           "pid": pid, "copied": 0, "total": 0, "rounds": []}
+           "pid": pid, "copied": 0, "total": 0, "rounds": [],
+           "dataset": "tank/v", "sr": "tank"}
     job.update(fields)
     mirror.save(job)
     return job["key"]
@@ -615,3 +617,113 @@ def test_a_pool_without_room_for_the_guard_refuses_before_the_pause(
             mirrorjob.run(job, held)
     assert not [a for a in host.calls if a[:2] == ["tap-ctl", "pause"]]
     assert host.zfs.get(copy.zvol, meta.MIRROR_GUARD) is None
+
+
+# --- a job killed without its cleanup ------------------------------------------
+
+def killed_while_mirroring(host, vol, paused=False):
+    """A job killed (SIGKILL) once tapdisk mirrored the disk: its VBD in
+    mirror mode (or left paused, killed inside the switch), its space
+    guard standing, its file saying it mirrors, its pid dead."""
+    zvol = dataset_of(vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    with lock.sr_lock(zvol.split("/")[0]):
+        spaceguard.hold(zvol)
+    host.tap(["tap-ctl", "pause", "-p", str(pid), "-m", str(minor)])
+    if not paused:
+        host.tap(["tap-ctl", "unpause", "-p", str(pid), "-m", str(minor),
+                  "-2", "nbd:/var/run/x.sock"])
+    job = {"key": names.new_uuid(), "dataset": zvol, "sr": zvol.split("/")[0],
+           "domain": GUEST, "tapdisk": pid, "minor": minor,
+           "phase": "mirroring", "pid": 999999, "started": time.time(),
+           "switching": time.time(), "copied": 0, "total": 0, "rounds": []}
+    mirror.save(job)
+    return job, host.tap.tapdisks[pid][minor]
+
+
+def guarded(host, zvol):
+    return host.zfs.get(zvol, meta.MIRROR_GUARD) is not None
+
+
+@pytest.mark.parametrize("seen_by", ["data-stat", "data-mirror",
+                                     "deactivate", "paused"])
+def test_a_killed_jobs_vbd_leaves_mirror_mode_at_the_next_call(
+        host, vdi, spawned, seen_by):
+    """A job killed without its cleanup leaves its VBD in mirror mode,
+    where tapdisk answers an ENOSPC on the zvol as success: the next call
+    that sees it (xapi's Data.stat, a new Data.mirror, the VBD's
+    deactivate) reopens the image without a secondary, puts the guard
+    back and records the job failed, once."""
+    sr, vol = vdi
+    running(vol)
+    zvol = dataset_of(vol)
+    job, vbd = killed_while_mirroring(host, vol, paused=seen_by == "paused")
+    before = len(host.calls)
+    if seen_by == "data-mirror":
+        dp("Data.mirror", uri=uri_of(vol), domain=GUEST, remote=REMOTE)
+    elif seen_by == "deactivate":
+        dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    else:
+        answer = dp("Data.stat", operation=["MirrorV1", job["key"]])
+        assert answer["failed"] and not answer["complete"]
+    cycled = [a[1:2] + a[6:] for a in host.calls[before:]
+              if a[:2] in (["tap-ctl", "pause"], ["tap-ctl", "unpause"])]
+    assert not vbd["ignore_enospc"] and not vbd["state"] & faketapctl.PAUSED
+    if seen_by == "deactivate":
+        assert cycled == [] and vbd["args"] is None      # closed
+    elif seen_by == "paused":
+        assert cycled == [["unpause", "-2", "null"]]
+    else:
+        assert cycled == [["pause"], ["unpause", "-2", "null"]]
+    assert not guarded(host, zvol)
+    assert host.zfs.get(zvol, "refreservation") in (None, 0, "0")
+    done = mirror.load(job["key"])
+    assert done["phase"] == "failed" and done["ended"] and done["error"]
+    before = len(host.calls)
+    dp("Data.stat", operation=["MirrorV1", job["key"]])
+    assert host.calls[before:] == []                   # done once
+
+
+def test_a_killed_jobs_cleanup_waits_while_tapdisk_refuses_it(
+        host, vdi, spawned):
+    """tap-ctl fails: the guard stays (the disk keeps its room while the
+    VBD may ignore ENOSPC) and the next call tries again."""
+    sr, vol = vdi
+    running(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    host.tap.inject("tap-ctl pause", errno.EIO)
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+    assert vbd["ignore_enospc"] and guarded(host, dataset_of(vol))
+    assert mirror.load(job["key"])["phase"] == "mirroring"
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+    assert not vbd["ignore_enospc"] and not guarded(host, dataset_of(vol))
+    assert mirror.load(job["key"])["phase"] == "failed"
+
+
+def test_a_newer_jobs_mirror_is_left_alone(host, vdi, spawned):
+    """A live job holds the disk's guard (a newer move of it): the dead
+    job is recorded failed, the live one's mirror and guard untouched."""
+    sr, vol = vdi
+    running(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    with lock.reading(spaceguard.lock_name(dataset_of(vol))):
+        before = len(host.calls)
+        assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+        assert not [a for a in host.calls[before:]
+                    if a[:2] == ["tap-ctl", "pause"]]
+    assert vbd["ignore_enospc"] and guarded(host, dataset_of(vol))
+    assert mirror.load(job["key"])["phase"] == "failed"
+
+
+def test_a_job_killed_before_its_switch_never_pauses_the_guest(
+        host, vdi, spawned):
+    sr, vol = vdi
+    running(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    del job["switching"]
+    job["phase"] = "copying"
+    mirror.save(job)
+    before = len(host.calls)
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+    assert not [a for a in host.calls[before:] if a[0] == "tap-ctl"]
+    assert not guarded(host, dataset_of(vol))
