@@ -370,7 +370,7 @@ BEYOND_CHECK = (
     # move in and receive_cancel at each step, the unit tests the bound
     "test_migrate_from_v1.py::test_a_move_in_whose_sink_fills_fails_and_"
     "the_pool_keeps_room",
-    # the mirror job SIGKILLed mid-mirror: 44 s on 2.1 (a mirror, then a
+    # the mirror job SIGKILLed mid-mirror: 42-44 s a version (a mirror, a
     # filled pool); make check keeps the unit tests of the cleanup the
     # next call does (test_mirror.py, fake blktap) and the failed
     # mirror's own leaving of mirror mode (test_a_mirror_lost_...)
