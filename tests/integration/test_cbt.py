@@ -17,6 +17,7 @@ import hashlib
 import os
 import random
 import subprocess
+import time
 
 import pytest
 
@@ -235,6 +236,74 @@ def test_a_data_destroyed_snapshot_cannot_be_attached_or_cloned(
     with pytest.raises(Exception) as err:
         plugin("Volume.clone", sr=sr, key=snap["key"])
     assert "DataDestroyed" in str(err.value)
+
+
+_HELD_ZDB = """#!/bin/sh
+# zdb held until the test says go: a map that takes as long as needed
+touch "$HOLD/started"
+n=0
+while [ ! -e "$HOLD/go" ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
+exec %s "$@"
+"""
+
+
+def test_the_sr_serves_other_calls_while_data_destroy_maps(
+        plugin, dp, sr, tmp_path):
+    """Volume.data_destroy reads the snapshot's map (zdb, up to an hour a
+    TiB) outside the SR lock: meanwhile a VM starts on another VDI of the
+    SR (Datapath.attach, activate, open) and another VDI is snapshotted,
+    instead of waiting the SR lock's 300 s and failing SrBusy. The map is
+    held by a zdb that waits for the test's word (a script first on the
+    call's PATH), so that "meanwhile" is certain, not a race."""
+    import shutil
+    import threading
+    from conftest import ROOT, QUIET_METRICS
+    from plugin_client import Plugin
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "zdb").write_text(_HELD_ZDB % shutil.which("zdb"))
+    (hold / "zdb").chmod(0o755)
+    held = Plugin(ROOT, env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run",
+                             "ZFSNG_METRICS_PERIOD": QUIET_METRICS,
+                             "HOLD": str(hold), "PATH": "%s:%s" % (
+                                 hold, os.environ["PATH"])})
+    vol = plugin("Volume.create", sr=sr, name="d", description="",
+                 size=DISK, sharable=False)
+    plugin("Volume.enable_cbt", sr=sr, key=vol["key"])
+    write(dataset_of(vol), 0, os.urandom(DATA))
+    snap = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    other = plugin("Volume.create", sr=sr, name="vm", description="",
+                   size=DISK, sharable=False)
+    outcome = []
+    mapper = threading.Thread(target=lambda: outcome.append(held(
+        "Volume.data_destroy", sr=sr, key=snap["key"])))
+    mapper.start()
+    try:
+        for _ in range(600):
+            if (hold / "started").exists() or not mapper.is_alive():
+                break
+            time.sleep(0.2)
+        assert (hold / "started").exists(), "data_destroy ran no zdb"
+        vm = dict(uri=other["uri"][0], domain="7")    # a VM's start
+        dp("Datapath.open", uri=vm["uri"], persistent=True)
+        dp("Datapath.attach", **vm)
+        dp("Datapath.activate", **vm)
+        plugin("Volume.snapshot", sr=sr, key=other["key"])
+        assert mapper.is_alive() and not (hold / "go").exists()
+        dp("Datapath.deactivate", **vm)                 # and its stop
+        dp("Datapath.detach", **vm)
+        dp("Datapath.close", uri=vm["uri"])
+    finally:
+        (hold / "go").touch()
+        mapper.join(300)
+    assert not mapper.is_alive() and outcome == [None]
+    kept = plugin("Volume.stat", sr=sr, key=snap["key"])
+    assert kept["key"] == snap["key"]
+    with pytest.raises(Exception) as err:       # its data is gone
+        plugin("Volume.clone", sr=sr, key=snap["key"])
+    assert "DataDestroyed" in str(err.value)
+    new = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    assert changed(plugin, sr, snap["key"], new["key"], DISK) == set()
 
 
 def test_a_sparse_16_tib_disk_lists_only_what_was_written(plugin, sr):
