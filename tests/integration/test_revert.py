@@ -125,6 +125,73 @@ def test_snapshots_a_revert_moved_revert_and_deltas_stay_exact(
     assert left.split() == [sr], left
 
 
+class Backups(object):
+    """Xen Orchestra's delta backups of one disk: a snapshot, the blocks
+    changed since the last one (checked exact against both snapshots'
+    bytes), then the snapshot's data destroyed (its bookmark kept)."""
+
+    def __init__(self, plugin, dp, sr, vdi):
+        self.plugin, self.dp, self.sr, self.vdi = plugin, dp, sr, vdi
+        self.last = None      # (snapshot, its bytes)
+
+    def run(self):
+        snap = vdi_snapshot(self.plugin, self.sr, self.vdi["key"])
+        data = content(self.dp, snap)
+        if self.last is not None:
+            want = truth(self.last[1], data)
+            got = changed(self.plugin, self.sr, self.last[0]["key"],
+                          snap["key"], DISK)
+            print("delta: %d blocks listed, %d differ" % (len(got),
+                                                         len(want)))
+            assert got == want
+        self.plugin("Volume.data_destroy", sr=self.sr, key=snap["key"])
+        self.last = (snap, data)
+        return snap
+
+
+def test_an_admins_weeks_of_reverts_resets_and_backups(plugin, dp, sr):
+    """Issue 39: what an admin does with a disk over weeks, on real ZFS:
+    nightly delta backups, snapshots kept by hand, a reset-on-boot run
+    with a backup and a snapshot taken while it ran, reverts to a
+    snapshot the reset set aside and to an older one; every delta lists
+    exactly the blocks that differ, every revert gives the snapshot's
+    bytes, and destroying everything leaves nothing."""
+    vdi = plugin("Volume.create", sr=sr, name="db01", description="",
+                 size=DISK, sharable=False)
+    plugin("Volume.enable_cbt", sr=sr, key=vdi["key"])
+    ds, uri = dataset_of(vdi), vdi["uri"][0]
+    nightly = Backups(plugin, dp, sr, vdi)
+    write(ds, 0, os.urandom(2 * MiB))
+    nightly.run()                                      # week 1: full
+    write(ds, 1 * MiB, os.urandom(MiB // 4))
+    kept_a = vdi_snapshot(plugin, sr, vdi["key"])      # before an upgrade
+    bytes_a = content(dp, kept_a)
+    write(ds, 3 * MiB, os.urandom(MiB // 2))
+    nightly.run()                                      # week 2
+    dp("Datapath.open", uri=uri, persistent=False)     # week 3: a kiosk run
+    write(ds, 5 * MiB, os.urandom(MiB // 4))
+    kept_b = vdi_snapshot(plugin, sr, vdi["key"])      # taken while it ran
+    bytes_b = content(dp, kept_b)
+    nightly.run()
+    dp("Datapath.close", uri=uri)                      # reset: rotation
+    nightly.run()                                      # the reset's delta
+    plugin("Volume.revert", sr=sr, snapshot=kept_b["key"], key=vdi["key"])
+    assert content(dp, vdi) == bytes_b                 # set aside by reset
+    nightly.run()
+    write(ds, 6 * MiB, os.urandom(MiB // 4))
+    nightly.run()
+    plugin("Volume.revert", sr=sr, snapshot=kept_a["key"], key=vdi["key"])
+    assert content(dp, vdi) == bytes_a
+    nightly.run()
+    assert plugin("Volume.stat", sr=sr, key=vdi["key"])["cbt_enabled"]
+    for key in sorted(listed(plugin, sr)):
+        if key != vdi["key"]:
+            plugin("Volume.destroy", sr=sr, key=key)
+    left = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r", sr)
+    assert left.split() == [sr, ds], left
+    plugin("Volume.destroy", sr=sr, key=vdi["key"])
+
+
 def test_a_disk_a_vm_holds_open_is_not_reverted(plugin, dp, sr):
     vdi, (_, s2, _), _ = history(plugin, sr, 2)
     xapi = Xapi(dp, plugin, sr, vdi)
