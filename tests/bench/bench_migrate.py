@@ -20,6 +20,14 @@ checked: the destination's bytes equal the source's once the VM has
   guest: xapi mirrors them with the domid -1 (one snapshot copied, no
   tapdisk, no guard). Target: sent equals allocated, a 16 TiB disk
   copies its data, not its size.
+* **A VM with snapshots.** A sparse disk (256 MiB, 1 GiB) with DATA
+  bytes, two snapshots with a REWRITE between, the VM running: its disk
+  mirrored, then, while the mirror lives on, each snapshot as xapi
+  copies it itself (DATA.copy: attached and activated for a "CP" domain,
+  its tapdisk's device read whole, as sparse_dd reads it): seconds and
+  bytes read against the snapshot's referenced and written bytes, and
+  the non-zero bytes sparse_dd would send. Target: none (xapi's cost,
+  not zfs-ng's): how much a snapshot's copy reads against its data.
 * **A full disk, against a plain copy.** FULL bytes written whole, no
   writer: the migration against a plain full copy of the same disk to a
   fresh destination through the same kind of proxy (every block read from
@@ -49,12 +57,16 @@ DATA = 32 * MiB
 FULL = 128 * MiB
 SIZES = [256 * MiB, 4 * GiB, 8 * GiB]          # a running VM's
 HALTED_SIZES = [256 * MiB, 64 * GiB, 16 * TiB]
+SNAPSHOT_SIZES = [256 * MiB, 1 * GiB]
+REWRITE = 8 * MiB                 # written between two snapshots
+PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full"]
 RATES = [("idle", None), ("64K/50ms", 0.05), ("64K/5ms", 0.005),
          ("flat out", 0.0)]
 GUEST = "5"                       # a guest's domid, as xapi sends it
 HALTED = "-1"                     # a halted or suspended VM's
 DOM0 = "u0-" + "0b1c2d3e_4f5a_4b6c_8d7e_9f0a1b2c3d4e"   # main.ml domain_of
 MIRROR_VM = "MIR0b0e0c"
+COPY_VM = "CP4d2a9f"              # xapi's copy_vm: CP, 3 + 3 hex digits
 PROXY_DIR = "/var/run/nbdproxy/export"
 JOBS = "/var/run/nonpersistent/zfs-ng-datapath-mirror"
 DATAPATH_PLUGIN = "usr/libexec/xapi-storage-script/datapath/zfs-ng"
@@ -98,10 +110,11 @@ class Migration(object):
         self.opened = True
         return self.activated(self.src, GUEST, "XenDisk")["params"]
 
-    def mirror(self, writer=None, domain=GUEST):
+    def mirror(self, writer=None, domain=GUEST, inside=None):
         """send_start to mirror_wait, then the VM's move; returns the
         job's record and the seconds to complete. domain HALTED: a halted
-        VM's disk, never attached for a guest."""
+        VM's disk, never attached for a guest. inside: run once complete,
+        before the VM moves (its result in the record's "inside")."""
         sock, export = self.receive()
         self.call("Datapath.attach", self.src, DOM0, "Datapath.detach")
         proxy = Proxy(os.path.join(PROXY_DIR, MIRROR_VM), sock)
@@ -118,6 +131,9 @@ class Migration(object):
                 break
             time.sleep(0.05)
         seconds = time.monotonic() - started
+        within = inside() if inside else None
+        if inside and _job(key)["phase"] in ("done", "failed"):
+            raise RuntimeError("the mirror ended early: %r" % _job(key))
         written = writer.written if writer else 0
         if writer:
             time.sleep(1)
@@ -130,6 +146,8 @@ class Migration(object):
         proxy.join(60)
         job = _wait_job(key)
         job["written_during_copy"] = written
+        if inside:
+            job["inside"] = within
         return job, seconds
 
     def undo_one(self, method, vol, domain):
@@ -229,6 +247,88 @@ def by_size(ctx, dp, dest_sr, sizes, domain=GUEST):
     return rows
 
 
+def snapshot_copies(ctx, dp, dest_sr, sizes):
+    """A running VM with two snapshots: its disk mirrored, then each
+    snapshot read as xapi's DATA.copy reads it while the mirror lives."""
+    rows = []
+    for size in sizes:
+        mig = Migration(ctx, dp, dest_sr, size)
+        snaps = []
+        try:
+            ranges = [(0, DATA // 2), (size // 2, DATA // 2)]
+            _fill(ctx.zvol_device(mig.src), ranges, size % 991)
+            for n in (1, 2):
+                snaps.append(_snapshot(ctx, mig.src))
+                _fill(ctx.zvol_device(mig.src),
+                      [(n * REWRITE, REWRITE // 2),
+                       (size // 2 + n * REWRITE, REWRITE // 2)], n)
+            mig.start_guest()
+            # the job stays "mirroring" until the VM moves (mirror()'s
+            # end): the copies run inside it, as xapi nests them
+            job, seconds = mig.mirror(domain=GUEST, inside=lambda: [
+                _copy_read(ctx, dp, snap) for snap in snaps])
+            reads = job.pop("inside")
+            if not mig.same(ranges):
+                raise RuntimeError("destination differs at %d" % size)
+            rows.append(dict(_figures(job, seconds), size=size,
+                             snapshots=reads))
+            common.log("snapshots of %d bytes: mirror %.1f s, reads %s",
+                       size, seconds, [r["seconds"] for r in reads])
+        finally:
+            mig.undo()
+            for snap in snaps:
+                ctx.plugin("Volume.destroy", sr=ctx.sr, key=snap["key"])
+            mig.destroy()
+    return rows
+
+
+def _snapshot(ctx, vol):
+    """VDI.snapshot as xapi-storage-script makes it (the keys it sets)."""
+    snap = ctx.plugin("Volume.snapshot", sr=ctx.sr, key=vol["key"])
+    for k, v in (("is_a_snapshot", "true"), ("snapshot_of", vol["key"]),
+                 ("vdi-type", "user")):
+        ctx.plugin("Volume.set", sr=ctx.sr, key=snap["key"], k=k, v=v)
+    return snap
+
+
+def _copy_read(ctx, dp, snap):
+    """with_activated_disk and sparse_dd's read of one snapshot: attach
+    and activate for the CP domain, the BlockDevice read whole (its
+    non-zero 64 KiB blocks counted: what sparse_dd sends), deactivate,
+    detach. Its seconds and bytes, and the snapshot's own figures."""
+    uri = snap["uri"][0]
+    props = common.run(["zfs", "get", "-Hp", "-o", "value",
+                        "referenced,written,used",
+                        _snapshot_dataset(snap)]).split()
+    started = time.monotonic()
+    got = dp("Datapath.attach", uri=uri, domain=COPY_VM)
+    (path,) = [i[1]["path"] for i in got["implementations"]
+               if i[0] == "BlockDevice"]
+    try:
+        dp("Datapath.activate", uri=uri, domain=COPY_VM)
+        ready = time.monotonic()
+        read = nonzero = 0
+        zero = bytes(BLOCK)
+        with open(path, "rb", buffering=0) as f:
+            for chunk in iter(lambda: f.read(BLOCK), b""):
+                read += len(chunk)
+                nonzero += len(chunk) if chunk != zero[:len(chunk)] else 0
+        reading = time.monotonic() - ready
+        dp("Datapath.deactivate", uri=uri, domain=COPY_VM)
+    finally:
+        dp("Datapath.detach", uri=uri, domain=COPY_VM)
+    return {"seconds": time.monotonic() - started, "read_seconds": reading,
+            "read_bytes": read, "nonzero_bytes": nonzero,
+            "referenced_bytes": int(props[0]), "written_bytes": int(props[1]),
+            "used_bytes": int(props[2])}
+
+
+def _snapshot_dataset(snap):
+    """pool/.../parent@snapshot, from the snapshot VDI's URI."""
+    from zfsng_datapath import uri
+    return uri.parse(snap["uri"][0]).dataset
+
+
 def plain_copy(ctx, dp, dest_sr, size):
     """A generic full copy of a full disk over the same kind of link:
     every block read from the device, written over NBD."""
@@ -289,10 +389,18 @@ def run(ctx):
     full = FULL // 2 if ctx.quick else FULL
     sizes = [SIZES[0], SIZES[-1]] if ctx.quick else SIZES
     rates = RATES[:2] if ctx.quick else RATES
-    return {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
-            "by_size": by_size(ctx, dp, dest_sr, sizes),
-            "halted": by_size(ctx, dp, dest_sr, [HALTED_SIZES[0],
-                                                  HALTED_SIZES[-1]]
-                              if ctx.quick else HALTED_SIZES, HALTED),
-            "plain_copy": plain_copy(ctx, dp, dest_sr, full),
-            "full": with_writer(ctx, dp, dest_sr, full, rates)}
+    halted = [HALTED_SIZES[0], HALTED_SIZES[-1]] if ctx.quick else \
+        HALTED_SIZES
+    snapshots = SNAPSHOT_SIZES[:1] if ctx.quick else SNAPSHOT_SIZES
+    parts = {"by_size": lambda: by_size(ctx, dp, dest_sr, sizes),
+             "halted": lambda: by_size(ctx, dp, dest_sr, halted, HALTED),
+             "snapshots": lambda: snapshot_copies(ctx, dp, dest_sr,
+                                                  snapshots),
+             "plain_copy": lambda: plain_copy(ctx, dp, dest_sr, full),
+             "full": lambda: with_writer(ctx, dp, dest_sr, full, rates)}
+    chosen = [p for p in PARTS if p in (ctx.parts or PARTS)]
+    result = {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
+              "rewrite_bytes": REWRITE, "parts": chosen}
+    for name in chosen:       # ctx.parts (main.py --parts): some only,
+        result[name] = parts[name]()     # merged by report.py --merge
+    return result

@@ -6,6 +6,8 @@
     python3 tests/bench/main.py ... --sections ceilings
     python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
         [--parts launch_runs,scaling,layouts,cbt_list]
+    python3 tests/bench/main.py ... --sections migrate
+        [--parts by_size,halted,snapshots,plain_copy,full]
         [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
 
 Creates one SR on DISK through the installed plugin, runs each section on
@@ -65,9 +67,11 @@ def main():
                         help="repeats per figure (default 3, 1 with --quick)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default=None,
-                        help="disk-bound: only these parts (comma list: "
-                             "launch_runs,scaling,layouts,cbt_list); cbt: "
-                             "list_methods,bytes_read,after_revert,by_size")
+                        help="disk-bound, cbt or migrate: only these "
+                             "parts (comma lists: launch_runs,scaling,"
+                             "layouts,cbt_list; list_methods,bytes_read,"
+                             "after_revert,by_size; by_size,halted,"
+                             "snapshots,plain_copy,full)")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
                              "backends (comma list: the defaults' names, "

@@ -462,6 +462,11 @@ def migrate(d, out):
           "running VM's disk is guaranteed room to be written whole while "
           "it is mirrored, so its sizes fit the bench pool; the halted "
           "VM's disks below go to 16 TiB.\n"]
+    if d.get("parts_from"):
+        md.append("Parts merged from separate runs (report.py --merge), "
+                  "each figure compared only within its own run: %s.\n"
+                  % "; ".join("%s %s" % (name, o["date"]) for name, o in
+                              sorted(d["parts_from"].items())))
     base = d["by_size"][0]["seconds"]
     rows = [[_size(r["size"]), "%.1f" % r["seconds"],
              "%.2fx" % (r["seconds"] / base), _mib(r["sent_bytes"]),
@@ -483,6 +488,8 @@ def migrate(d, out):
                 for r in d["halted"]]
         md.append(table(["disk", "to complete s", "sent MiB",
                          "allocated MiB", "sent / allocated"], rows))
+    if d.get("snapshots"):
+        md += _snapshot_copies(d)
     plain = d["plain_copy"]
     md.append("\n### A full %s MiB disk, with a guest writing\n"
               % _mib(d["full_bytes"]))
@@ -507,6 +514,38 @@ def migrate(d, out):
                      "rounds MiB", "sent MiB", "guest wrote MiB",
                      "sent / (allocated + wrote)", "pause s",
                      "slowest write s"], rows))
+    return md
+
+
+def _snapshot_copies(d):
+    md = ["\n### A VM with snapshots (%s MiB of data, %s MiB rewritten "
+          "between snapshots)\n" % (_mib(d["data_bytes"]),
+                                      _mib(d.get("rewrite_bytes", 0))),
+          "The VM runs: its disk is mirrored, then, while the mirror "
+          "lives on, xapi copies each snapshot itself (DATA.copy): "
+          "attached and activated for a CP domain, tapdisk's device read "
+          "whole as sparse_dd reads it. *read*: bytes through tapdisk "
+          "(the disk's size); *non-zero*: the 64 KiB blocks sparse_dd "
+          "would send; *referenced* / *written*: the snapshot's ZFS "
+          "figures. xapi's cost, not zfs-ng's: a snapshot's copy reads "
+          "its whole size, holes included.\n"]
+    rows = []
+    for r in d["snapshots"]:
+        for n, c in enumerate(r["snapshots"], 1):
+            rows.append([_size(r["size"]), n, "%.1f" % c["seconds"],
+                         "%.1f" % c["read_seconds"], _mib(c["read_bytes"]),
+                         _mib(c["nonzero_bytes"]),
+                         _mib(c["referenced_bytes"]),
+                         _mib(c["written_bytes"]),
+                         "%.1fx" % (c["read_bytes"] /
+                                    max(c["referenced_bytes"], 1)),
+                         "%.1f" % (c["read_bytes"] / MiB /
+                                   max(c["read_seconds"], 1e-9)),
+                         "%.1f" % r["seconds"]])
+    md.append(table(["disk", "snapshot", "copy s", "read s", "read MiB",
+                     "non-zero MiB", "referenced MiB", "written MiB",
+                     "read / referenced", "read MiB/s",
+                     "leaf's mirror s"], rows))
     return md
 
 
@@ -678,11 +717,14 @@ def disk_bound(d, out):
 def merge(out, directories):
     """One results.json in out from disk-bound runs of separate parts
     (main.py --parts) under the same limits: each part from the run that
-    ran it, the run's conditions and the ceilings from the first."""
+    ran it, the run's conditions and the ceilings from the first. Runs of
+    the migrate section merge likewise (merge_migrate)."""
     runs = []
     for directory in directories:
         with open(os.path.join(directory, "results.json")) as f:
             runs.append(json.load(f))
+    if all("migrate" in r and "disk-bound" not in r for r in runs):
+        return merge_migrate(out, directories, runs)
     limits = set(json.dumps(r["disk-bound"]["throttle"], sort_keys=True)
                  for r in runs)
     if len(limits) != 1:
@@ -702,6 +744,41 @@ def merge(out, directories):
     section["merged_from"] = [os.path.basename(os.path.abspath(d))
                               for d in directories]
     merged["disk-bound"] = section
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(merged, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+MIGRATE_PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full"]
+
+
+def merge_migrate(out, directories, runs):
+    """The migrate section from runs of some of its parts (main.py
+    --parts): each part from the last run that ran it, with that run's
+    date and ZFS version beside it (parts_from); the first run's
+    conditions; the sum of the wall times."""
+    merged = dict(runs[0])
+    section = {}
+    origin = {}
+    for directory, run in zip(directories, runs):
+        d = run["migrate"]
+        for name in MIGRATE_PARTS:
+            if d.get(name):
+                section[name] = d[name]
+                origin[name] = {
+                    "run": os.path.basename(os.path.abspath(directory)),
+                    "date": run["conditions"]["date"],
+                    "zfs_version": run["conditions"]["zfs_version"]}
+        for key, value in d.items():
+            if key not in MIGRATE_PARTS + ["parts", "wall_s", "parts_from",
+                                           "merged_from"]:
+                section.setdefault(key, value)
+    versions = set(o["zfs_version"] for o in origin.values())
+    if len(versions) != 1:
+        sys.exit("report.py --merge: the runs had different ZFS versions")
+    section["parts_from"] = origin
+    section["wall_s"] = sum(r["migrate"]["wall_s"] for r in runs)
+    merged["migrate"] = section
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(merged, f, indent=2, sort_keys=True)
         f.write("\n")

@@ -622,3 +622,152 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
     vm("Datapath.detach", domain=dom0)             # xapi's clean-up
     destination.finalize()
     nothing_left(sr)
+
+
+# --- xapi's copies of a VM's snapshots and suspend image ----------------------
+#
+# xapi_vm_migrate.ml (v26.1.4): the VM's own RW disks are mirrored
+# (do_mirror), its snapshots' disks and its suspend image copied
+# (vdi_filter with allow_mirror false, get_vdi_mirror ... false), all in one
+# list sorted by size, then snapshot_time (a leaf's is the epoch), each
+# nested in the previous one's continuation (with_many), so a running VM's
+# mirror lives on while the copies after it run. A copy is DATA.copy:
+# Storage_smapiv1_migrate.Copy.copy_into_sr, whose with_activated_disk
+# makes VDI.attach3 (read_write false) and VDI.activate3 for a fresh uuid
+# dp and the vm "CP" ^ 3 hex of the VM's ref ^ 3 of the VDI's; domain_of
+# passes that vm as the domain. activate3 becomes Datapath.activate_readonly
+# only for an SR declaring VDI_ACTIVATE_READONLY (storage_mux.ml), which
+# zfs-ng does not: Datapath.activate, which the datapath turns read-only
+# for a snapshot. sparse_dd reads the BlockDevice (tapdisk's device); then
+# VDI.deactivate, VDI.detach, and VDI.set_content_id on the source VDI.
+
+
+def copy_vm(vm_ref, vdi_ref):
+    """xapi's copy_vm name (get_vdi_mirror): CP and two 3-hex digests."""
+    import hashlib
+
+    def three(ref):
+        return hashlib.md5(ref.encode()).hexdigest()[:3]
+    return "CP" + three(vm_ref) + three(vdi_ref)
+
+
+def xapi_copy_read(dp, plugin, sr, vol, domain):
+    """with_activated_disk for DATA.copy's leaf: attach, activate, read the
+    BlockDevice whole (sparse_dd), deactivate, detach; then
+    set_content_id. Returns the hash read and the device's size."""
+    xapi = Xapi(dp, plugin, sr, vol, repeat=False)
+    impls = dict((kind, args) for kind, args in
+                 xapi("Datapath.attach", domain=domain)["implementations"])
+    path = impls["BlockDevice"]["path"]          # files first, then these
+    xapi("Datapath.activate", domain=domain)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+        got = whole_hash(path)
+    finally:
+        xapi("Datapath.deactivate", domain=domain)
+        xapi("Datapath.detach", domain=domain)
+    plugin("Volume.set", sr=sr, key=vol["key"], k="content_id",
+           v="cid-" + vol["key"])
+    return got, size
+
+
+def written_disk(plugin, sr, size, seed):
+    """A disk with data here and there (a sparse disk)."""
+    import random
+    vol = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=size, sharable=False)
+    rnd = random.Random(seed)
+    with open("/dev/zvol/" + dataset(vol), "r+b") as f:
+        for at in range(0, size, 4 * BLOCK):
+            f.seek(at)
+            f.write(bytes(rnd.getrandbits(8) for _ in range(512)) * 128)
+    return vol
+
+
+def rewrite(vol, seed, every):
+    """New data over part of the disk (between two snapshots)."""
+    with open("/dev/zvol/" + dataset(vol), "r+b") as f:
+        for at in range(seed * BLOCK, MIG_SIZE, every * BLOCK):
+            f.seek(at)
+            f.write(os.urandom(BLOCK))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_a_running_vm_with_snapshots_moves(
+        dp, plugin, sr, zfsng_destination, released):
+    """Two snapshots, written between: the leaf mirrored while the guest
+    runs, then each snapshot read whole through a CP domain's tapdisk
+    while the leaf's job still mirrors (oldest first, as xapi sorts
+    equal sizes), each equal to the disk when it was taken; the guest
+    writes on meanwhile, the move ends well and nothing is left."""
+    from xapi_flows import vdi_snapshot
+    src = written_disk(plugin, sr, MIG_SIZE, 1)
+    zvol = "/dev/zvol/" + dataset(src)
+    snaps = []
+    for n in (1, 2):
+        expected = whole_hash(zvol)
+        snaps.append((vdi_snapshot(plugin, sr, src["key"]), expected))
+        rewrite(src, n, 3 + n)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    dom0, proxy, op = send_start(vm, zfsng_destination)
+    wait_complete(dp, op[1])
+    for n, (snap, expected) in enumerate(snaps):
+        write_direct(tapdev, [(n * BLOCK, os.urandom(BLOCK))])
+        # the snapshot VM's ref and the snapshot VDI's
+        got, size = xapi_copy_read(dp, plugin, sr, snap, copy_vm(
+            "OpaqueRef:vm-%d" % n, "OpaqueRef:" + snap["key"]))
+        assert (got, size) == (expected, MIG_SIZE)
+        assert job_of(op[1])["phase"] == "mirroring"  # the job lives on
+    assert not dp("Data.stat", operation=["MirrorV1", op[1]])["failed"]
+    write_direct(tapdev, [(MIG_SIZE - BLOCK, os.urandom(BLOCK))])
+    vm("Datapath.deactivate", domain=GUEST)            # the VM moves
+    vm("Datapath.detach", domain=GUEST)
+    vm("Datapath.close")
+    vm("Datapath.detach", domain=dom0)
+    proxy.join(60)
+    assert job_gone(op[1])["phase"] == "done"
+    assert zfsng_destination.finalize() == whole_hash(zvol)
+    for snap, expected in snaps:                       # nothing changed
+        assert plugin("Volume.stat", sr=sr, key=snap["key"])["keys"][
+            "content_id"] == "cid-" + snap["key"]
+    names = sh("zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r",
+               sr).split()
+    assert not [n for n in names if "@zfsng-sxm-" in n]
+    nothing_left(sr)
+
+
+def test_a_suspended_vms_disk_and_memory_image_move(
+        dp, plugin, sr, zfsng_destination, released):
+    """A suspended VM: its suspend image (an ordinary VDI of the SR,
+    smaller than the disk, so copied first) read whole through a CP
+    domain's tapdisk and left unchanged, then its disk mirrored with the
+    domid -1 (one snapshot copied), the destination equal to it."""
+    image = written_disk(plugin, sr, 4 << 20, 7)
+    expected = whole_hash("/dev/zvol/" + dataset(image))
+    src = written_disk(plugin, sr, MIG_SIZE, 8)
+    got, size = xapi_copy_read(dp, plugin, sr, image, copy_vm(
+        "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]))
+    assert (got, size) == (expected, 4 << 20)
+    assert whole_hash("/dev/zvol/" + dataset(image)) == expected
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    dom0, proxy, op = send_start(vm, zfsng_destination, domain="-1",
+                                 dp="mirror_vbd/%s/%s" % (HALTED_VM,
+                                                          src["key"]))
+    wait_complete(dp, op[1])
+    assert job_gone(op[1])["phase"] == "done"
+    vm("Datapath.deactivate", domain=dom0)
+    vm("Datapath.detach", domain=dom0)
+    proxy.join(60)
+    assert zfsng_destination.finalize() == whole_hash(
+        "/dev/zvol/" + dataset(src))
+    nothing_left(sr)
+
+
+def job_of(key):
+    import json
+    path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
+    with open(path) as f:
+        return json.load(f)

@@ -211,3 +211,48 @@ def test_a_disk_that_never_drains_costs_the_bound_and_no_more(
     monkeypatch.setattr(diskrig.time, "time", lambda: clock[0])
     monkeypatch.setattr(diskrig.time, "sleep", sleep)
     assert diskrig.wait_quiet(["stat"], bound=30, poll=0.5) == 30.0
+
+
+def _migrate_run(directory, date, version="zfs-2.3.2", **parts):
+    os.makedirs(str(directory))
+    section = {"data_bytes": 1, "block": 2, "wall_s": 10.0}
+    section.update(parts)
+    with open(os.path.join(str(directory), "results.json"), "w") as f:
+        json.dump({"conditions": {"date": date, "zfs_version": version},
+                   "migrate": section}, f)
+    return str(directory)
+
+
+def test_a_migrate_merge_keeps_the_parts_it_did_not_rerun(tmp_path):
+    """The committed migrate results grow by the parts run since: the
+    old run's parts stay, a part run again is taken from the later run,
+    and each part says which run (date) it comes from."""
+    import report
+    old = _migrate_run(tmp_path / "old", "d1", by_size=[{"size": 1}],
+                       plain_copy={"seconds": 2.0}, full=[{"rate": "idle"}])
+    new = _migrate_run(tmp_path / "new", "d2", halted=[{"size": 3}],
+                       snapshots=[{"size": 4}], by_size=[{"size": 5}],
+                       parts=["by_size", "halted", "snapshots"])
+    report.merge(str(tmp_path), [old, new])
+    with open(os.path.join(str(tmp_path), "results.json")) as f:
+        got = json.load(f)
+    section = got["migrate"]
+    assert section["plain_copy"] == {"seconds": 2.0}
+    assert section["full"] == [{"rate": "idle"}]
+    assert section["by_size"] == [{"size": 5}]
+    assert section["halted"] == [{"size": 3}]
+    assert section["snapshots"] == [{"size": 4}]
+    assert section["parts_from"]["full"]["date"] == "d1"
+    assert section["parts_from"]["halted"]["date"] == "d2"
+    assert section["parts_from"]["halted"]["run"] == "new"
+    assert got["conditions"]["date"] == "d1" and section["wall_s"] == 20.0
+
+
+def test_a_migrate_merge_refuses_two_zfs_versions(tmp_path):
+    import report
+    a = _migrate_run(tmp_path / "a", "d1", by_size=[{"size": 1}])
+    b = _migrate_run(tmp_path / "b", "d2", version="zfs-2.1.5",
+                     halted=[{"size": 1}])
+    with pytest.raises(SystemExit) as err:
+        report.merge(str(tmp_path), [a, b])
+    assert "different ZFS versions" in str(err.value)
