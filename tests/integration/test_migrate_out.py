@@ -672,16 +672,14 @@ def xapi_copy_read(dp, plugin, sr, vol, domain):
     return got, size
 
 
-def written_disk(plugin, sr, size, seed):
+def written_disk(plugin, sr, size):
     """A disk with data here and there (a sparse disk)."""
-    import random
     vol = plugin("Volume.create", sr=sr, name="disk", description="",
                  size=size, sharable=False)
-    rnd = random.Random(seed)
     with open("/dev/zvol/" + dataset(vol), "r+b") as f:
         for at in range(0, size, 4 * BLOCK):
             f.seek(at)
-            f.write(bytes(rnd.getrandbits(8) for _ in range(512)) * 128)
+            f.write(os.urandom(512) * 128)
     return vol
 
 
@@ -703,7 +701,7 @@ def test_a_running_vm_with_snapshots_moves(
     equal sizes), each equal to the disk when it was taken; the guest
     writes on meanwhile, the move ends well and nothing is left."""
     from xapi_flows import vdi_snapshot
-    src = written_disk(plugin, sr, MIG_SIZE, 1)
+    src = written_disk(plugin, sr, MIG_SIZE)
     zvol = "/dev/zvol/" + dataset(src)
     snaps = []
     for n in (1, 2):
@@ -740,20 +738,24 @@ def test_a_running_vm_with_snapshots_moves(
 
 
 def test_a_suspended_vms_disk_and_memory_image_move(
-        dp, plugin, sr, zfsng_destination, released):
+        dp, plugin, sr, tmp_path, released):
     """A suspended VM: its suspend image (an ordinary VDI of the SR,
     smaller than the disk, so copied first) read whole through a CP
     domain's tapdisk and left unchanged, then its disk mirrored with the
-    domid -1 (one snapshot copied), the destination equal to it."""
-    image = written_disk(plugin, sr, 4 << 20, 7)
+    domid -1 (one snapshot copied), the destination equal to it. Small
+    disks and any NBD destination: the halted VM's test above moves a
+    larger disk to a zfs-ng SR."""
+    size, image_size = 8 << 20, 2 << 20
+    destination = NbdFileDestination(tmp_path, size)
+    image = written_disk(plugin, sr, image_size)
     expected = whole_hash("/dev/zvol/" + dataset(image))
-    src = written_disk(plugin, sr, MIG_SIZE, 8)
-    got, size = xapi_copy_read(dp, plugin, sr, image, copy_vm(
+    src = written_disk(plugin, sr, size)
+    got, read = xapi_copy_read(dp, plugin, sr, image, copy_vm(
         "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]))
-    assert (got, size) == (expected, 4 << 20)
+    assert (got, read) == (expected, image_size)
     assert whole_hash("/dev/zvol/" + dataset(image)) == expected
     vm = Xapi(dp, plugin, sr, src, repeat=False)
-    dom0, proxy, op = send_start(vm, zfsng_destination, domain="-1",
+    dom0, proxy, op = send_start(vm, destination, domain="-1",
                                  dp="mirror_vbd/%s/%s" % (HALTED_VM,
                                                           src["key"]))
     wait_complete(dp, op[1])
@@ -761,8 +763,7 @@ def test_a_suspended_vms_disk_and_memory_image_move(
     vm("Datapath.deactivate", domain=dom0)
     vm("Datapath.detach", domain=dom0)
     proxy.join(60)
-    assert zfsng_destination.finalize() == whole_hash(
-        "/dev/zvol/" + dataset(src))
+    assert destination.finalize() == whole_hash("/dev/zvol/" + dataset(src))
     nothing_left(sr)
 
 
