@@ -379,6 +379,10 @@ BEYOND_CHECK = (
     # next call does (test_mirror.py, fake blktap) and the failed
     # mirror's own leaving of mirror mode (test_a_mirror_lost_...)
     "test_migrate_out.py::test_a_killed_mirror_job_leaves_no_write_unkept",
+    # a running VM with two snapshots: a live move plus two whole reads
+    # through tapdisk, 160 s (2.3); make check keeps the live move to a
+    # zfs-ng SR and the suspended VM's copy through a CP domain
+    "test_migrate_out.py::test_a_running_vm_with_snapshots_moves",
 )
 
 
