@@ -254,8 +254,13 @@ def note_reopened(dataset, domain):
     xapi still runs (its send_start attach is there) while the disk's
     mirror, told complete, was another domain's: a guest that rebooted
     during the move, whose new domain's writes no mirror carries. The
-    move must then fail (check_ended, Data.stat)."""
-    if not os.path.isdir(DIR) or not os.listdir(DIR):
+    move must then fail (check_ended, Data.stat). Only a VM's domain
+    counts: xapi's copy of the VM's snapshots or suspend image during
+    the move may open this disk too, for its CP pseudo-domain, as
+    sparse_dd's base (storage_smapiv1_migrate.ml copy_into_vdi), which
+    is a read, no reboot."""
+    if not urimod.is_vm(domain) or not os.path.isdir(DIR) or \
+            not os.listdir(DIR):
         return
     jobs = [j for j in _jobs(lambda j: j.get("dataset") == dataset)
             if j.get("tapdisk") is not None and j["domain"] != domain and

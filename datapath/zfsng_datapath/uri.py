@@ -85,6 +85,14 @@ def is_dom0(domain):
     return domain == DOM0_OLD or domain.startswith(DOM0_PREFIX)
 
 
+def is_vm(domain):
+    """A running VM's domain id (a number), not one of xapi's
+    pseudo-domains for a migration's copy (``CP`` and six hex digits) or
+    mirror (``MIR...``), which tapdisk serves like a guest but which are
+    dom0's reads and writes."""
+    return domain.isdigit() and domain != DOM0_OLD
+
+
 def check_domain(domain):
     if not re.match(_DOMAIN_RE, domain or ""):
         raise InvalidArgument("domain %r is neither a domain id nor a dom0 "

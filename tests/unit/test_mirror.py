@@ -530,6 +530,31 @@ def test_a_guest_rebooted_during_its_move_fails_the_move(
     assert answer["failed"] and not answer["complete"]
 
 
+def test_xapis_copy_reading_the_mirrored_disk_is_no_reboot(
+        host, vdi, spawned, monkeypatch):
+    """xapi copies a moving VM's snapshots and suspend image itself
+    (storage_smapiv1_migrate.ml copy_into_vdi) while the VM's mirror
+    runs; with_activated_disk may attach and activate the mirrored disk
+    too, as sparse_dd's base (the first VDI whose content_id is the new
+    destination VDI's, "" on a SMAPIv3 SR), for the copy's pseudo-domain
+    CP<hex>. That is a read by dom0, not a rebooted guest: the move goes
+    on, and the VM's deactivate ends it well."""
+    sr, vol = vdi
+    sending = "u0_mirror_vbd_7_xvda"
+    dp("Datapath.attach", uri=uri_of(vol), domain=sending)
+    running(vol)
+    job = mirrored(host, vol, monkeypatch, "mirroring")
+    for method in ("Datapath.attach", "Datapath.activate",
+                   "Datapath.deactivate", "Datapath.detach"):
+        dp(method, uri=uri_of(vol), domain="CP1a2b3c")
+        answer = dp("Data.stat", operation=["MirrorV1", job["key"]])
+        assert answer["complete"] and not answer["failed"], method
+    job.update(phase="done", ended=time.time())   # the VM moves
+    mirror.save(job)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["complete"]
+
+
 def test_a_reboot_after_the_move_ended_is_no_failure(host, vdi, spawned,
                                                      monkeypatch):
     """Once xapi's send_start attach is gone (the move over, or given
