@@ -651,22 +651,29 @@ def copy_vm(vm_ref, vdi_ref):
     return "CP" + three(vm_ref) + three(vdi_ref)
 
 
-def xapi_copy_read(dp, plugin, sr, vol, domain):
-    """with_activated_disk for DATA.copy's leaf: attach, activate, read the
-    BlockDevice whole (sparse_dd), deactivate, detach; then
+def xapi_copy_read(dp, plugin, sr, vol, domain, base=None):
+    """copy_into_vdi's reads: with_activated_disk for the base (if any:
+    the first VDI of the SR whose content_id is the new destination
+    VDI's, "" on a SMAPIv3 SR, so maybe the mirrored disk itself), then
+    for the VDI copied: attach, activate, its BlockDevice read whole
+    (sparse_dd), deactivate, detach, each in the reverse order; then
     set_content_id. Returns the hash read and the device's size."""
-    xapi = Xapi(dp, plugin, sr, vol, repeat=False)
-    impls = dict((kind, args) for kind, args in
-                 xapi("Datapath.attach", domain=domain)["implementations"])
-    path = impls["BlockDevice"]["path"]          # files first, then these
-    xapi("Datapath.activate", domain=domain)
+    held = []
     try:
+        for one in ([base] if base else []) + [vol]:
+            xapi = Xapi(dp, plugin, sr, one, repeat=False)
+            impls = dict((kind, args) for kind, args in xapi(
+                "Datapath.attach", domain=domain)["implementations"])
+            held.append(xapi)
+            xapi("Datapath.activate", domain=domain)
+        path = impls["BlockDevice"]["path"]      # files first, then these
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
         got = whole_hash(path)
     finally:
-        xapi("Datapath.deactivate", domain=domain)
-        xapi("Datapath.detach", domain=domain)
+        for xapi in reversed(held):
+            xapi("Datapath.deactivate", domain=domain)
+            xapi("Datapath.detach", domain=domain)
     plugin("Volume.set", sr=sr, key=vol["key"], k="content_id",
            v="cid-" + vol["key"])
     return got, size
@@ -698,8 +705,9 @@ def test_a_running_vm_with_snapshots_moves(
     """Two snapshots, written between: the leaf mirrored while the guest
     runs, then each snapshot read whole through a CP domain's tapdisk
     while the leaf's job still mirrors (oldest first, as xapi sorts
-    equal sizes), each equal to the disk when it was taken; the guest
-    writes on meanwhile, the move ends well and nothing is left."""
+    equal sizes), each equal to the disk when it was taken, the leaf
+    opened too for that domain as sparse_dd's base; the guest writes on
+    meanwhile, the move ends well and nothing is left."""
     from xapi_flows import vdi_snapshot
     src = written_disk(plugin, sr, MIG_SIZE)
     zvol = "/dev/zvol/" + dataset(src)
@@ -716,7 +724,7 @@ def test_a_running_vm_with_snapshots_moves(
         write_direct(tapdev, [(n * BLOCK, os.urandom(BLOCK))])
         # the snapshot VM's ref and the snapshot VDI's
         got, size = xapi_copy_read(dp, plugin, sr, snap, copy_vm(
-            "OpaqueRef:vm-%d" % n, "OpaqueRef:" + snap["key"]))
+            "OpaqueRef:vm-%d" % n, "OpaqueRef:" + snap["key"]), base=src)
         assert (got, size) == (expected, MIG_SIZE)
         assert job_of(op[1])["phase"] == "mirroring"  # the job lives on
     assert not dp("Data.stat", operation=["MirrorV1", op[1]])["failed"]
