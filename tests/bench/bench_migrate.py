@@ -59,6 +59,7 @@ SIZES = [256 * MiB, 4 * GiB, 8 * GiB]          # a running VM's
 HALTED_SIZES = [256 * MiB, 64 * GiB, 16 * TiB]
 SNAPSHOT_SIZES = [256 * MiB, 1 * GiB]
 REWRITE = 8 * MiB                 # written between two snapshots
+READ = 4 * MiB                    # a snapshot copy's reads (sparse_dd's)
 PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full"]
 RATES = [("idle", None), ("64K/50ms", 0.05), ("64K/5ms", 0.005),
          ("flat out", 0.0)]
@@ -259,9 +260,10 @@ def snapshot_copies(ctx, dp, dest_sr, sizes):
             _fill(ctx.zvol_device(mig.src), ranges, size % 991)
             for n in (1, 2):
                 snaps.append(_snapshot(ctx, mig.src))
-                _fill(ctx.zvol_device(mig.src),
-                      [(n * REWRITE, REWRITE // 2),
-                       (size // 2 + n * REWRITE, REWRITE // 2)], n)
+                rewritten = [(n * REWRITE, REWRITE // 2),
+                             (size // 2 + n * REWRITE, REWRITE // 2)]
+                _fill(ctx.zvol_device(mig.src), rewritten, n)
+                ranges += rewritten
             mig.start_guest()
             # the job stays "mirroring" until the VM moves (mirror()'s
             # end): the copies run inside it, as xapi nests them
@@ -310,9 +312,10 @@ def _copy_read(ctx, dp, snap):
         read = nonzero = 0
         zero = bytes(BLOCK)
         with open(path, "rb", buffering=0) as f:
-            for chunk in iter(lambda: f.read(BLOCK), b""):
+            for chunk in iter(lambda: f.read(READ), b""):
                 read += len(chunk)
-                nonzero += len(chunk) if chunk != zero[:len(chunk)] else 0
+                nonzero += sum(BLOCK for at in range(0, len(chunk), BLOCK)
+                               if chunk[at:at + BLOCK] != zero)
         reading = time.monotonic() - ready
         dp("Datapath.deactivate", uri=uri, domain=COPY_VM)
     finally:
