@@ -465,7 +465,9 @@ def migrate(d, out):
     if d.get("parts_from"):
         md.append("Parts merged from separate runs (report.py --merge), "
                   "each figure compared only within its own run: %s.\n"
-                  % "; ".join("%s %s" % (name, o["date"]) for name, o in
+                  % "; ".join("%s %s, %s vCPU" % (name, o["date"],
+                                                  o.get("cpus") or "?")
+                              for name, o in
                               sorted(d["parts_from"].items())))
     base = d["by_size"][0]["seconds"]
     rows = [[_size(r["size"]), "%.1f" % r["seconds"],
@@ -768,6 +770,7 @@ def merge_migrate(out, directories, runs):
                 origin[name] = {
                     "run": os.path.basename(os.path.abspath(directory)),
                     "date": run["conditions"]["date"],
+                    "cpus": run["conditions"].get("cpus"),
                     "zfs_version": run["conditions"]["zfs_version"]}
         for key, value in d.items():
             if key not in MIGRATE_PARTS + ["parts", "wall_s", "parts_from",
