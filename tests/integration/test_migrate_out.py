@@ -749,7 +749,8 @@ def test_a_suspended_vms_disk_and_memory_image_move(
         dp, plugin, sr, tmp_path, released):
     """A suspended VM: its suspend image (an ordinary VDI of the SR,
     smaller than the disk, so copied first) read whole through a CP
-    domain's tapdisk and left unchanged, then its disk mirrored with the
+    domain's tapdisk, attached twice there (as sparse_dd's base too), and
+    left unchanged, then its disk mirrored with the
     domid -1 (one snapshot copied), the destination equal to it. Small
     disks and any NBD destination: the halted VM's test above moves a
     larger disk to a zfs-ng SR."""
@@ -758,8 +759,9 @@ def test_a_suspended_vms_disk_and_memory_image_move(
     image = written_disk(plugin, sr, image_size)
     expected = whole_hash("/dev/zvol/" + dataset(image))
     src = written_disk(plugin, sr, size)
+    # its base may be itself: a plain VDI's content_id is "" too
     got, read = xapi_copy_read(dp, plugin, sr, image, copy_vm(
-        "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]))
+        "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]), base=image)
     assert (got, read) == (expected, image_size)
     assert whole_hash("/dev/zvol/" + dataset(image)) == expected
     vm = Xapi(dp, plugin, sr, src, repeat=False)
