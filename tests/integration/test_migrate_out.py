@@ -761,7 +761,8 @@ def test_a_suspended_vms_disk_and_memory_image_move(
     src = written_disk(plugin, sr, size)
     # its base may be itself: a plain VDI's content_id is "" too
     got, read = xapi_copy_read(dp, plugin, sr, image, copy_vm(
-        "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]), base=image)
+        "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]),
+        base=image)
     assert (got, read) == (expected, image_size)
     assert whole_hash("/dev/zvol/" + dataset(image)) == expected
     vm = Xapi(dp, plugin, sr, src, repeat=False)
