@@ -624,7 +624,7 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
     nothing_left(sr)
 
 
-# --- xapi's copies of a VM's snapshots and suspend image ----------------------
+# --- xapi's copies of a VM's snapshots and suspend image ---------------------
 #
 # xapi_vm_migrate.ml (v26.1.4): the VM's own RW disks are mirrored
 # (do_mirror), its snapshots' disks and its suspend image copied
