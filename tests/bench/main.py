@@ -6,9 +6,9 @@
     python3 tests/bench/main.py ... --sections ceilings
     python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
         [--parts launch_runs,scaling,layouts,cbt_list]
+        [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
     python3 tests/bench/main.py ... --sections migrate
         [--parts by_size,halted,snapshots,plain_copy,full]
-        [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
 
 Creates one SR on DISK through the installed plugin, runs each section on
 that same pool, and writes DIR/results.json: every figure with its repeats
