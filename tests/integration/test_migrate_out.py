@@ -19,6 +19,7 @@ for byte, with every write the guest made during the migration.
 
 import mmap
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -26,11 +27,12 @@ import time
 
 import pytest
 
-from conftest import sh
+from conftest import end_blktap, sh, wipe
 from plugin_client import PluginError
 from datapath_util import GUEST, STATE_DIR, dataset, write_direct
 from migration_util import BLOCK, Proxy, Writer, whole_hash
 from test_migrate_into import MIRROR_VM, nbd_of
+from test_durability import copy
 from test_tapdisk import Xapi, nothing_left
 from xapi_flows import domain_of
 
@@ -782,4 +784,246 @@ def job_of(key):
     import json
     path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
     with open(path) as f:
+
+def _thin_leaf_writes_can_fail(plugin, sr, leaf):
+    """The destination's leaf as receive_start3 makes it on a zfs-ng SR
+    with its defaults: thin, no refreservation, so a full pool refuses its
+    writes. (A thick SR's leaf has refreservation=auto: the room for
+    every write of it is kept whatever else fills the pool, and nothing
+    else writes it while it is received: that case cannot fill.)"""
+    assert sh("zfs", "get", "-Hp", "-o", "value", "refreservation",
+              dataset(leaf)).strip() in ("0", "none")
+
+
+@pytest.mark.parametrize("told", ["before-complete", "after-complete"])
+def test_a_full_destination_pool_fails_the_move_not_the_guest(
+        dp, plugin, sr, zfsng_destination, told, released):
+    """The destination's pool fills while the disk is mirrored: its
+    tapdisk's write of the leaf fails (ENOSPC, not retried: tapdisk-vbd.c
+    tapdisk_vbd_request_should_retry) and its NBD server answers the
+    request with an error (tapdisk-nbdserver.c); the relay passes it to
+    the source tapdisk, which drops the secondary and answers the guest
+    once the zvol has the write (block-nbd.c tdnbd_disable, tapdisk-vbd.c
+    nbd_mirror_failed), and fails the mirror. xapi sees Data.stat
+    ``failed`` if it was not told ``complete`` yet, else MirrorFailed
+    from its last Data.stat: the move fails, the VM runs on here and its
+    disk has every write it made, those the destination refused too."""
+    destination = zfsng_destination
+    _thin_leaf_writes_can_fail(plugin, destination.xapi.sr,
+                               destination.leaf)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    zvol = "/dev/zvol/" + dataset(src)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    with open(zvol, "r+b") as f:                       # a used disk
+        f.write(os.urandom(MIG_SIZE // 4))
+    writer = Writer(tapdev, 5, MIG_SIZE, WRITE_EVERY, mixed=True)
+    writer.start()
+    released.append(writer)
+    dom0, proxy, op = send_start(vm, destination)
+    if told == "after-complete":
+        wait_complete(dp, op[1])
+    else:
+        job_until(op[1], "mirroring")           # xapi not told yet
+    writer.stop.set()
+    writer.join(60)
+    assert writer.error is None and writer.count > 0
+    dest_pool = destination.xapi.sr.split("/")[0]
+    fill_pool(dest_pool)
+    try:
+        # the guest writes new blocks, each acknowledged: the destination
+        # refuses one (its pool full), the zvol here keeps every one
+        written = []
+        for n, at in enumerate(range(MIG_SIZE // 4, MIG_SIZE, BLOCK)):
+            data = os.urandom(BLOCK)
+            write_direct(tapdev, [(at, data)])
+            written.append((at, data))
+            if n % 8 == 7 and _job_phase(op[1]) == "failed":
+                break
+        job = job_gone(op[1])
+        assert job["phase"] == "failed", job
+        assert "the destination failed a mirrored request" in \
+            job["error"], job["error"]
+        for at, data in written:
+            assert read_direct(tapdev, at, BLOCK) == data, at
+            assert read_direct(zvol, at, BLOCK) == data, at
+    finally:
+        sh("zfs", "destroy", dest_pool + "/filler")
+    if told == "after-complete":
+        with pytest.raises(PluginError) as err:     # before the memory
+            dp("Data.stat", operation=["MirrorV1", op[1]])
+        assert err.value.name == "MirrorFailed", err.value.params
+    got = dp("Data.stat", operation=["MirrorV1", op[1]])
+    assert got["failed"] and not got["complete"]
+    with open(tapdev, "rb") as f:             # the VM runs on here
+        expected = f.read()
+    vm.stop(domain=GUEST)                     # xapi's clean-up: no error
+    vm("Datapath.detach", domain=dom0)
+    proxy.join(60)
+    with open(zvol, "rb") as f:
+        assert f.read() == expected
+    # the destination: receive_cancel2 (DP.destroy, VDI.destroy)
+    destination.xapi("Datapath.deactivate", domain=MIRROR_VM)
+    destination.xapi("Datapath.detach", domain=MIRROR_VM)
+    plugin("Volume.destroy", sr=destination.xapi.sr,
+           key=destination.leaf["key"])
+    assert sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
+              destination.xapi.sr).split() == [destination.xapi.sr]
+    nothing_left(sr)
+
+
+def _job_phase(key):
+    import json
+    path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
+    with open(path) as f:
+        return json.load(f)["phase"]
+
+
+MIRROR_DIR = "/var/run/nonpersistent/zfs-ng-datapath-mirror"
+GUARD = "org.xcp-ng.zfs-ng:mirror-guard"
+
+
+def _leftovers(sr):
+    """What a move leaves on the source SR: the job's snapshots, and the
+    space guard's refreservation with its mark ({zvol: (refreservation,
+    mark)} for every zvol that has a mark)."""
+    snaps = [n for n in sh("zfs", "list", "-H", "-o", "name", "-t",
+                           "snapshot", "-r", sr).split() if "@zfsng-sxm-" in n]
+    guards = {}
+    for line in sh("zfs", "get", "-Hp", "-r", "-t", "volume", "-o",
+                   "name,value,source", GUARD, sr).splitlines():
+        name, value, source = line.split("\t")
+        if source == "local":
+            guards[name] = (sh("zfs", "get", "-Hp", "-o", "value",
+                               "refreservation", name).strip(), value)
+    return snaps, guards
+
+
+def _power_off(pools, job_pid):
+    """What a power cut ends: every process (the mirror job in its own
+    session, every tapdisk), every pool left imported (exported by
+    force: nothing reaches their disks, frozen), and every tmpfs file
+    (the datapath's states and jobs, the locks, xapi's proxy)."""
+    try:
+        os.killpg(os.getpgid(job_pid), 9)
+    except OSError:
+        pass
+    end_blktap()
+    for pool in pools:
+        sh("zpool", "export", "-f", pool)
+    for path in (STATE_DIR, MIRROR_DIR, "/tmp/zfsng-run", PROXY_DIR):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _what_the_cut_left(pool, sr):
+    """The source pool as the cut left it, imported read-only (no log
+    replayed, nothing written), then exported again."""
+    sh("zpool", "import", "-d", "/dev/disk/by-id", "-o", "readonly=on",
+       "-N", pool)
+    try:
+        return _leftovers(sr)
+    finally:
+        sh("zpool", "export", pool)
+
+
+@pytest.mark.parametrize("cut", ["copying", "mirroring"])
+def test_a_host_power_cut_mid_move_leaves_the_source_whole(
+        dp, plugin, disks, new_uuid, cut):
+    """The host's power cut while a running VM's disk is copied (the job
+    holds its snapshots) or mirrored (the space guard stands), both SRs
+    on this host (a move between two of its SRs). A power cut is played
+    as test_durability plays it: both pools frozen (``zpool freeze``: no
+    transaction group reaches the disks any more, the ZIL still does),
+    their disks copied as they are, every process and tmpfs file ended,
+    the copies put back. Then the host boots as xapi boots it: each SR
+    attached (PBD.plug); Storage_migrate.killall finds no record (its
+    tables are in /var/run/nonpersistent, emptied by the reboot) and
+    calls nothing; the VM starts again on the source. Every write the
+    guest saw complete before the cut is there (sync=always: each was in
+    the ZIL), SR.attach's collector removed the move's snapshots and put
+    the guard's refreservation back, the VDI serves a new domain, and the
+    destination's half-written leaf is destroyed (Volume.destroy, what
+    receive_cancel2's VDI.destroy calls) leaving nothing."""
+    spares = disks[2:4]
+    stored = [plugin("SR.create", uuid=new_uuid(), name=name,
+                     description="", configuration={"device": disk})
+              for name, disk in (("cutsrc", disks[0]), ("cutdst", disks[1]))]
+    sr, dest_sr = [plugin("SR.attach", configuration=c) for c in stored]
+    made = sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
+              dest_sr).split()
+    destination = ZfsNgDestination(dp, plugin, dest_sr)
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    before = sh("zfs", "get", "-Hp", "-o", "value", "refreservation",
+                dataset(src)).strip()
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    with open("/dev/zvol/" + dataset(src), "r+b") as f:     # a used disk
+        f.write(os.urandom(MIG_SIZE // 2))
+    writer = Writer(tapdev, 6, MIG_SIZE, WRITE_EVERY, mixed=True)
+    writer.start()
+    try:
+        dom0, proxy, op = send_start(vm, destination)
+        if cut == "mirroring":
+            wait_complete(dp, op[1])
+        else:
+            deadline = time.monotonic() + 300
+            while not _leftovers(sr)[0]:
+                assert time.monotonic() < deadline, "no snapshot taken"
+                time.sleep(0.1)
+        # from here no transaction group reaches the disks: what the
+        # pools hold at the cut is what they hold now, and the writes
+        # the guest sees complete until the copy (each in the ZIL)
+        for pool in ("cutsrc", "cutdst"):
+            sh("zpool", "freeze", pool)
+    finally:
+        writer.stop.set()
+        writer.join(60)
+    assert writer.error is None and writer.count > 0
+    # the guest's last writes before the cut, flushed (write_direct's
+    # fsync), mirrored or not
+    write_direct(tapdev, [(at, os.urandom(BLOCK))
+                          for at in range(BLOCK, MIG_SIZE, MIG_SIZE // 8)])
+    with open(tapdev, "rb") as f:
+        expected = f.read()
+    job_pid = _job(op[1])["pid"]
+    for disk, spare in zip(disks[:2], spares):      # the power cut
+        copy(disk, spare)
+    proxy.cut.set()
+    _power_off(("cutsrc", "cutdst"), job_pid)
+    for disk, spare in zip(disks[:2], spares):      # the host boots again
+        copy(spare, disk)
+    wipe(spares)
+    snaps, guards = _what_the_cut_left("cutsrc", sr)
+    if cut == "copying":
+        assert snaps, "the cut left no snapshot of the job to remove"
+    else:
+        assert list(guards) == [dataset(src)], guards
+        assert guards[dataset(src)][0] not in ("0", "none"), guards
+    # xapi's boot: PBD.plug of each SR; Storage_migrate.killall: no record
+    for config in stored:
+        plugin("SR.attach", configuration=config)
+    assert _leftovers(sr) == ([], {}), "SR.attach's collector left them"
+    assert sh("zfs", "get", "-Hp", "-o", "value", "refreservation",
+              dataset(src)).strip() == before
+    # the destination's half-written leaf: destroyed, nothing left
+    plugin("Volume.destroy", sr=dest_sr, key=destination.leaf["key"])
+    assert sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
+              dest_sr).split() == made
+    # the VM starts again on the source: every flushed write is there
+    rebooted = str(int(GUEST) + 1)
+    tapdev, _ = vm.start(domain=rebooted)
+    with open(tapdev, "rb") as f:
+        assert f.read() == expected
+    data = os.urandom(BLOCK)
+    write_direct(tapdev, [(0, data)])
+    assert read_direct("/dev/zvol/" + dataset(src), 0, BLOCK) == data
+    vm.stop(domain=rebooted)
+    nothing_left(sr)
+
+
+def _job(key):
+    import json
+    with open(os.path.join(MIRROR_DIR, key + ".json")) as f:
         return json.load(f)
