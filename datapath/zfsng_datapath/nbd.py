@@ -17,6 +17,7 @@ Protocol constants: the NBD protocol document (doc/proto.md of the NBD
 project), as tapdisk's tapdisk-nbdserver.c implements it.
 """
 
+import errno
 import socket
 import struct
 from urllib.parse import unquote
@@ -41,6 +42,17 @@ TIMEOUT = 60.0             # seconds: the bound on any one wait for the peer
 MAX_REQUEST = 1 << 20      # bytes per request (tapdisk takes up to 64 MiB)
 WINDOW = 16                # requests in flight
 ZERO_CHUNK = bytes(MAX_REQUEST)
+
+
+def reply_error(error):
+    """The error field of a reply as an admin reads it: "ENOSPC (errno
+    28)". The protocol sends a positive errno; tapdisk's server sends its
+    request's negative one as it is (tapdisk-nbdserver.c: reply.error =
+    htonl(error), the error -errno from libaio-backend.c), which reads
+    4294967268 for ENOSPC."""
+    if error >= 1 << 31:
+        error = (1 << 32) - error
+    return "%s (errno %d)" % (errno.errorcode.get(error, "unknown"), error)
 
 
 def parse_uri(uri):
@@ -159,8 +171,8 @@ class Client(object):
             raise NbdError("bad reply from the NBD server")
         command, offset, length = self._pending.pop(handle)
         if error:
-            raise NbdError("the NBD server failed command %d at %d+%d: "
-                           "errno %d" % (command, offset, length, error))
+            raise NbdError("the NBD server failed command %d at %d+%d: %s"
+                           % (command, offset, length, reply_error(error)))
 
     def drain(self):
         """Wait until every request sent has its reply."""
@@ -204,8 +216,8 @@ class Client(object):
         if magic != SIMPLE_REPLY_MAGIC or handle != self._handle:
             raise NbdError("bad reply from the NBD server")
         if error:
-            raise NbdError("the NBD server failed a read at %d+%d: errno %d"
-                           % (offset, length, error))
+            raise NbdError("the NBD server failed a read at %d+%d: %s"
+                           % (offset, length, reply_error(error)))
         return self._recv(length)
 
     def close(self):

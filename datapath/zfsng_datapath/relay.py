@@ -342,8 +342,8 @@ class Forwarder(object):
         if ours is not None:
             if error:
                 raise NbdError("the destination failed a copy write at "
-                               "%d+%d: errno %d" % (ours[0], ours[1] - ours[0],
-                                                    error))
+                               "%d+%d: %s" % (ours[0], ours[1] - ours[0],
+                                              nbd.reply_error(error)))
             return
         if theirs is None:
             raise NbdError("the destination answered an unknown request")
@@ -353,9 +353,9 @@ class Forwarder(object):
                               data)
         except OSError:
             pass          # tapdisk went away: the requests side ends
-        if error:         # tapdisk drops the secondary on it: so does the
-            raise NbdError("the destination failed a mirrored request: "
-                           "errno %d" % error)          # job, not silently
+        if error:    # tapdisk drops the secondary on it: so does the job
+            raise NbdError("the destination failed a mirrored request: %s"
+                           % nbd.reply_error(error))
 
     def _upstream_recv(self, n):
         return _recv(self.upstream, n,

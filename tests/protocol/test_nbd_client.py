@@ -4,6 +4,7 @@ stores, zeros included, with and without the server's WRITE_ZEROES; a
 refused export and a server that stops answering are typed errors in
 bounded time. (tapdisk's own server is met in the guest suite.)"""
 
+import errno
 import os
 import shutil
 import socket
@@ -184,6 +185,35 @@ def test_falls_back_to_export_name_on_an_older_server(tmp_path):
         assert (client.size, client.flags) == (5 * MiB, 1)
         assert [s[0] for s in seen[:2]] == [nbd.OPT_GO, nbd.OPT_EXPORT_NAME]
         assert seen[1][1] == b"vdi"
+        client.sock.close()
+    finally:
+        listener.close()
+
+
+def test_tapdisks_negative_errno_is_named(tmp_path):
+    """tapdisk's server answers a failed request with the request's
+    negative errno as it is (tapdisk-nbdserver.c: reply.error =
+    htonl(error)), where the protocol wants a positive one: the error an
+    admin reads names ENOSPC, not errno 4294967268."""
+    listener, seen = _old_server(str(tmp_path / "o.sock"), 5 * MiB)
+    try:
+        client = nbd.Client.connect(str(tmp_path / "o.sock"), "vdi",
+                                    timeout=10)
+        deadline = time.monotonic() + 10
+        while len(seen) < 3:                 # the server's connection
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        conn = seen[2]
+        client.write(0, b"a" * 4096)
+        request = b""
+        while len(request) < 28 + 4096:
+            request += conn.recv(28 + 4096 - len(request))
+        handle = struct.unpack(">IHHQQI", request[:28])[3]
+        conn.sendall(struct.pack(">IIQ", nbd.SIMPLE_REPLY_MAGIC,
+                                 (1 << 32) - errno.ENOSPC, handle))
+        with pytest.raises(NbdError, match=r"ENOSPC \(errno 28\)"):
+            client.drain()
+        assert nbd.reply_error(errno.EIO) == "EIO (errno 5)"   # protocol's
         client.sock.close()
     finally:
         listener.close()
