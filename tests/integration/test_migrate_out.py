@@ -843,7 +843,7 @@ def test_a_full_destination_pool_fails_the_move_not_the_guest(
                 break
         job = job_gone(op[1])
         assert job["phase"] == "failed", job
-        assert "the destination failed a mirrored request" in \
+        assert "the destination failed a mirrored request: ENOSPC" in \
             job["error"], job["error"]
         for at, data in written:
             assert read_direct(tapdev, at, BLOCK) == data, at
