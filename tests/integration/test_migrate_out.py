@@ -911,7 +911,15 @@ def _power_off(pools, job_pid):
         pass
     end_blktap()
     for pool in pools:
-        sh("zpool", "export", "-f", pool)
+        for _ in range(10):     # udev may still probe a zvol tapdisk held
+            sh("udevadm", "settle")
+            if not sh("zpool", "export", "-f", pool, check=False) and \
+                    pool not in sh("zpool", "list", "-H", "-o",
+                                   "name").split():
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError("%s could not be exported" % pool)
     for path in (STATE_DIR, MIRROR_DIR, "/tmp/zfsng-run", PROXY_DIR):
         shutil.rmtree(path, ignore_errors=True)
 
