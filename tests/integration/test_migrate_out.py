@@ -924,10 +924,31 @@ def _power_off(pools, job_pid):
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _step(text):
-    """Where the test is, printed as it goes (-s shows it live)."""
+_WATCH = []
+
+
+def _step(text, stuck=240):
+    """Where the test is, printed as it goes (-s shows it live); if the
+    next step does not come within stuck seconds, what every thread and
+    process waits on is printed too."""
     print("power cut %s: %s" % (time.strftime("%H:%M:%S"), text),
           flush=True)
+    for timer in _WATCH:
+        timer.cancel()
+    del _WATCH[:]
+    if text != "done":
+        timer = threading.Timer(stuck, _stuck)
+        timer.daemon = True
+        timer.start()
+        _WATCH.append(timer)
+
+
+def _stuck():
+    import faulthandler
+    import sys
+    print(sh("ps", "-eo", "pid,stat,wchan:32,args", check=False),
+          flush=True)
+    faulthandler.dump_traceback(sys.stdout, all_threads=True)
 
 
 def _collected(since):
@@ -970,6 +991,7 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
                 dataset(src)).strip()
     vm = Xapi(dp, plugin, sr, src, repeat=False)
     tapdev, _ = vm.start(domain=GUEST)
+    _step("started")
     with open("/dev/zvol/" + dataset(src), "r+b") as f:     # a used disk
         f.write(os.urandom(MIG_SIZE // 2))
     writer = Writer(tapdev, 6, MIG_SIZE, WRITE_EVERY, mixed=True)
@@ -1017,6 +1039,7 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
     _step("off, putting the disks back")
     for disk, spare in zip(disks[:2], spares):      # the host boots again
         copy(spare, disk)
+    _step("put back")
     wipe(spares)
     _step("booted, attaching")
     since = os.path.getsize("/var/log/messages")
@@ -1036,6 +1059,7 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
     plugin("Volume.destroy", sr=dest_sr, key=destination.leaf["key"])
     assert sh("zfs", "list", "-H", "-o", "name", "-t", "all", "-r",
               dest_sr).split() == made
+    _step("the destination's leaf destroyed")
     # the VM starts again on the source: every flushed write is there
     rebooted = str(int(GUEST) + 1)
     tapdev, _ = vm.start(domain=rebooted)
