@@ -900,15 +900,20 @@ def _leftovers(sr):
     return snaps, guards
 
 
-def _power_off(pools, job_pid):
-    """What a power cut ends: every process (the mirror job in its own
-    session, every tapdisk), every pool left imported (exported by
-    force: nothing reaches their disks, frozen), and every tmpfs file
-    (the datapath's states and jobs, the locks, xapi's proxy)."""
+def _kill_session(pid):
+    """SIGKILL to the process group of pid (the mirror job's: its
+    ``timeout``, itself and its commands)."""
     try:
-        os.killpg(os.getpgid(job_pid), 9)
+        os.killpg(os.getpgid(pid), 9)
     except OSError:
         pass
+
+
+def _power_off(pools):
+    """What a power cut ends besides the mirror job: every tapdisk, every
+    pool left imported (exported by force: nothing reaches their disks,
+    frozen), and every tmpfs file (the datapath's states and jobs, the
+    locks, xapi's proxy)."""
     end_blktap()
     for pool in pools:
         for _ in range(10):     # udev may still probe a zvol tapdisk held
@@ -1013,7 +1018,10 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
         # the guest sees complete until the copy (each in the ZIL)
         for pool in ("cutsrc", "cutdst"):
             sh("zpool", "freeze", pool)
-        _step("frozen, left %r" % (left,))
+        # the cut ends the job with it: no command of it runs on a frozen
+        # pool (tapdisk drops a secondary gone and writes on)
+        _kill_session(_job(op[1])["pid"])
+        _step("frozen, the job killed, left %r" % (left,))
     finally:
         writer.stop.set()
         writer.join(60)
@@ -1029,13 +1037,12 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
                           for at in range(BLOCK, MIG_SIZE, MIG_SIZE // 8)])
     with open(tapdev, "rb") as f:
         expected = f.read()
-    job_pid = _job(op[1])["pid"]
     _step("written, copying the disks")
     for disk, spare in zip(disks[:2], spares):      # the power cut
         copy(disk, spare)
     proxy.cut.set()
     _step("copied, powering off")
-    _power_off(("cutsrc", "cutdst"), job_pid)
+    _power_off(("cutsrc", "cutdst"))
     _step("off, putting the disks back")
     for disk, spare in zip(disks[:2], spares):      # the host boots again
         copy(spare, disk)
