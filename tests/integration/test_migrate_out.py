@@ -972,8 +972,9 @@ def test_a_host_power_cut_mid_move_leaves_the_source_whole(
     on this host (a move between two of its SRs). A power cut is played
     as test_durability plays it: both pools frozen (``zpool freeze``: no
     transaction group reaches the disks any more, the ZIL still does),
-    their disks copied as they are, every process and tmpfs file ended,
-    the copies put back. Then the host boots as xapi boots it: each SR
+    the mirror job killed, the guest's last writes flushed, the disks
+    copied as they are, every process and tmpfs file ended, the copies
+    put back. Then the host boots as xapi boots it: each SR
     attached (PBD.plug); Storage_migrate.killall finds no record (its
     tables are in /var/run/nonpersistent, emptied by the reboot) and
     calls nothing; the VM starts again on the source. Every write the
