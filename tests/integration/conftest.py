@@ -388,7 +388,7 @@ BEYOND_CHECK = (
     "test_migrate_out.py::test_a_suspended_vms_disk_and_memory_image_move",
 
     # a full destination pool (90-105 s a case) and a host's power cut
-    # mid-move (about 3 min a case: four copies of a disk) a version; make check keeps the error
+    # mid-move (100-220 s a case) a version; make check keeps the error
     # reply against a real NBD server (tests/protocol) and test_durability
     "test_migrate_out.py::test_a_full_destination_pool_fails_the_move_not_"
     "the_guest",
