@@ -784,6 +784,8 @@ def job_of(key):
     import json
     path = "/var/run/nonpersistent/zfs-ng-datapath-mirror/%s.json" % key
     with open(path) as f:
+        return json.load(f)
+
 
 def _thin_leaf_writes_can_fail(plugin, sr, leaf):
     """The destination's leaf as receive_start3 makes it on a zfs-ng SR
