@@ -377,6 +377,49 @@ def test_a_failed_collect_after_the_revert_answers_success(fake):
     assert data(fake, zvol(sr, vdi)) == want
 
 
+def test_garbage_that_cannot_be_freed_does_not_stop_another_revert(fake):
+    """The zvol a first revert set aside cannot be destroyed (the disk is
+    busy, say): xapi's revert of the VM's next disk must still go ahead,
+    or the VM is left half reverted (xapi fails VM.revert on any error)."""
+    fake.user_value_cap = None
+    sr, config = create_sr()
+    vdi, (_, _, s3), copy = history(fake, sr)
+    call("Volume.destroy", sr=sr, key=copy)
+    other = vdi_create(sr)["key"]
+    theirs = vdi_snapshot(sr, other)["key"]
+    fake.guest_write(zvol(sr, other), 0, 4096)
+    want = data(fake, snapshot_name(fake, sr, theirs))
+    fake.inject("zfs destroy", "cannot destroy 'tank/x': dataset is busy",
+                times=-1)
+    assert revert(sr, s3, vdi) is None
+    assert garbage(fake, sr)                     # the zvol set aside
+    assert revert(sr, theirs, other) is None     # xapi's next disk
+    assert data(fake, zvol(sr, other)) == want
+    fake.injected = []
+    sr = _reattached(sr, config)
+    assert garbage(fake, sr) == []
+
+
+def test_a_cut_revert_of_the_same_disk_that_cannot_be_finished_refuses(
+        fake, sr):
+    """The other side: the collector cannot finish this disk's own revert
+    a crash cut short, so reverting it again is refused with the cause
+    (the collector's error), nothing changed."""
+    vdi, (s1, s2, _), _ = history(fake, sr)
+    with installed(CrashAfterCommand(fake, ["zfs", "rename"], nth=1)):
+        with pytest.raises(Killed):
+            revert(sr, s2, vdi)
+    marked = _marked(fake)
+    assert marked
+    for command in ("zfs rename", "zfs clone", "zfs promote", "zfs set",
+                    "zfs destroy", "zfs inherit"):
+        fake.inject(command, "cannot do it: I/O error", times=-1)
+    with pytest.raises(Exception) as err:
+        revert(sr, s1, vdi)
+    assert "I/O error" in str(err.value)
+    assert _marked(fake) == marked
+
+
 def _thick(fake):
     """A thick SR with a disk and its snapshot: (sr, config, vdi, snap,
     the disk's reservation)."""

@@ -37,8 +37,7 @@ def revert(dbg, sr, snapshot, key):
         sr_row = inventory.sr_row(sr)
         rows = inventory.rows(sr)
         if collect.needed(rows):      # a revert a crash cut short first
-            collect.collect(sr, rows)
-            rows = inventory.rows(sr)
+            rows = _collect_before(sr, key, rows)
         row, snap = _pair(sr, rows, snapshot, key)
         users = zvoldev.openers(row["name"])
         if users:
@@ -50,6 +49,25 @@ def revert(dbg, sr, snapshot, key):
                            sr_row.get(meta.SR_PROVISIONING) == "thick")
         _collect_after(sr, key)
     return None
+
+
+def _collect_before(sr, key, rows):
+    """Finish what a crash cut short before reverting: the SR's rows
+    after it. Another dataset's garbage that cannot be freed now (busy,
+    say) is logged and left, since xapi fails the VM's whole revert on
+    any error, leaving a VM with several disks half reverted; only a
+    revert of this very VDI still cut short refuses the call, nothing
+    changed."""
+    try:
+        collect.collect(sr, rows)
+    except errors.StorageError as exc:
+        rows = inventory.rows(sr)
+        if any((meta.reverting(r) or ("",))[0] == key for r in rows):
+            raise
+        log.warning("Volume.revert %s: the collector failed on other "
+                    "datasets (%s); reverting anyway", key, exc.message)
+        return rows
+    return inventory.rows(sr)
 
 
 def _collect_after(sr, key):
