@@ -216,8 +216,10 @@ def repair(target, sr_row):
     """Finish a rotation a crash left at S1, S2', S2 or S3 (S4 is
     _pending's). A revert's (zfsng/revertsteps.py) cut while the VDI's
     zvol was not back under its name is undone first."""
-    found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS)
-    if (found is None or meta.is_unmarked_clone(found)) and \
+    found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS +
+                      [meta.REVERTING])
+    if (found is None or meta.is_unmarked_clone(found) or
+            meta.reverting(found)) and \
             revertsteps.repair(target.sr, _key(target), _thick(sr_row)):
         found = scope.row(target.head, scope.COLUMNS + _UNMARKED_COLUMNS)
     if found is not None and meta.is_unmarked_clone(found) and \

@@ -1745,6 +1745,29 @@ def test_state_files_are_json(host, vdi):
     assert st["attached"] is True and st["minor"] == 0
 
 
+def test_a_vm_start_after_a_cut_undo_has_its_reservation_back(host):
+    """A thick disk's revert whose clone did not fit is undone: the disk
+    renamed back, then its reservation set again. Killed between the
+    two, the disk is under its name, still marked, without reservation:
+    the VM's start (no other call between) must give it back, not run it
+    thin until the next collect."""
+    sr, _ = create_sr({"device": "/dev/sdb", "provisioning": "thick"})
+    vol = create_volume(sr, size=GiB, name="disk")
+    snap = snapshot_of(sr, vol)
+    reserved = host.zfs.get(dataset_of(vol), "refreservation")
+    assert reserved not in (None, "none", "0")
+    host.zfs.inject("zfs clone", "cannot create 'tank/x': out of space")
+    with installed(CrashAfterCommand(host.zfs, ["zfs", "rename"], nth=2)):
+        with pytest.raises(Killed):
+            call("Volume.revert", sr=sr, snapshot=snap["key"],
+                 key=vol["key"])
+    assert host.zfs.get(dataset_of(vol), "refreservation") in ("none", "0")
+    dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
+    assert host.zfs.get(dataset_of(vol), "refreservation") == reserved
+    assert not host.zfs.local_props(dataset_of(vol)).get(meta.REVERTING)
+    dp("Datapath.detach", uri=uri_of(vol), domain=GUEST)
+
+
 # --- a revert a crash cut short ----------------------------------------------
 
 @pytest.mark.parametrize("moved", [False, True])

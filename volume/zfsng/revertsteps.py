@@ -128,15 +128,20 @@ def finish(row, present, thick):
 def repair(sr, key, thick):
     """For the datapath, before it serves VDI key: undo a revert a crash
     left before the VDI's zvol was back under its name (its name free, or
-    on a clone without the VDI's properties). Whether it did."""
+    on a clone without the VDI's properties), or cut with the zvol under
+    its name still marked (before the revert began, or inside its undo:
+    a thick disk may then lack its reservation, which the VM must not
+    run without until the next collect). Whether it did."""
     rows = zfs.list_datasets(sr, meta.VOLUME_COLUMNS, types="volume",
                              depth=1)
     present = dict((r["name"], r) for r in rows)
     vol = meta.vdi_dataset(sr, key)
     for row in rows:
         found = meta.reverting(row)
-        if not found or found[0] != key or row["name"] == vol:
+        if not found or found[0] != key:
             continue
+        if row["name"] == vol:
+            return finish(row, present, thick)
         named = present.get(vol)
         if named is not None and meta.is_unmarked_clone(named) and \
                 named.get("origin") == meta.revert_source(
