@@ -339,6 +339,10 @@ def _check_both_versions(items):
 # the receive side; the relay's failures are also played against a real
 # NBD server by tests/protocol.
 BEYOND_CHECK = (
+    # data_destroy's map held open while a VM starts on the SR: 45-70 s;
+    # the unit tests play the same overlap on the fake (make check's
+    # time: see the Makefile's check)
+    "test_cbt.py::test_the_sr_serves_other_calls_while_data_destroy_maps",
     # an admin's weeks of backups, reverts and a reset-on-boot run: about
     # 280 s a version; make check keeps the revert to the middle snapshot
     # with its exact deltas
