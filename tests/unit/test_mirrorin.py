@@ -434,6 +434,17 @@ def receive_cancel(sr, vol, parent):
         call("Volume.destroy", sr=sr, key=key)
 
 
+def _unbounded_sink(host, sr, vol):
+    """The sink a version before the bound made for vol: a bare marked
+    512-byte zvol <sr>/<leaf>.in. Its name."""
+    sink = meta.sink_name(sr, vol["key"])
+    host.zfs.admin("zfs create -s -V %d -o volblocksize=512 -o "
+                   "compression=off -o %s=%s %s" % (
+                       vol["virtual_size"], meta.MIRROR_SINK, vol["key"],
+                       sink))
+    return sink
+
+
 def test_an_unbounded_sink_of_before_is_served_composed_and_freed(host,
                                                                     vdi):
     """A host upgraded in the middle of a move in finds the sink the old
@@ -441,11 +452,7 @@ def test_an_unbounded_sink_of_before_is_served_composed_and_freed(host,
     is, composed from, and freed with its leaf."""
     sr, vol = vdi
     parent = receive(sr, vol)
-    sink = meta.sink_name(sr, vol["key"])
-    host.zfs.admin("zfs create -s -V %d -o volblocksize=512 -o "
-                   "compression=off -o %s=%s %s" % (
-                       vol["virtual_size"], meta.MIRROR_SINK, vol["key"],
-                       sink))
+    sink = _unbounded_sink(host, sr, vol)
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     assert served(host)[0] == "aio:" + host.link(sink)
     assert host.zfs.dataset(sink).kind == "volume"
@@ -463,11 +470,7 @@ def test_an_unbounded_sink_of_before_goes_with_receive_cancel(host, vdi):
     sr, vol = vdi
     before = set(n for p in host.zfs.pools for n in p.datasets)
     parent = receive(sr, vol)
-    sink = meta.sink_name(sr, vol["key"])
-    host.zfs.admin("zfs create -s -V %d -o volblocksize=512 -o "
-                   "compression=off -o %s=%s %s" % (
-                       vol["virtual_size"], meta.MIRROR_SINK, vol["key"],
-                       sink))
+    _unbounded_sink(host, sr, vol)
     dp("Datapath.import_activate", uri=uri_of(vol), domain=MIR)
     receive_cancel(sr, vol, parent)
     after = set(n for p in host.zfs.pools for n in p.datasets)
