@@ -6,6 +6,8 @@ A halted or suspended VM's disk (domain -1) has no writer: one snapshot
 is sent whole (step 1's round 0), flushed, and the job is done; no tapdisk
 is involved.
 
+0. Guard the zvol's space (``spaceguard``; a running VM's disk only):
+   a pool without the room fails the move before anything is copied.
 1. Copy in rounds. Round 0 snapshots the zvol and sends the snapshot
    (``zfs send -L``: ZFS reads only allocated blocks, holes are FREE
    records) into the destination over the one upstream NBD connection.
@@ -134,8 +136,8 @@ def run(job, held):
     if job["tapdisk"] is None:            # a halted VM's disk: one round
         copy.send(None, copy.snapshot(held))
         return
-    base = copy.rounds(held)
-    _guard(job, held)
+    _guard(job, held)          # a pool without the room fails the move
+    base = copy.rounds(held)   # now, not after the whole copy
     sock = os.path.join(mirror.DIR, job.key + ".sock")
     listener = relay.listen(sock)
     held.callback(lambda: _unlink(sock))
@@ -149,7 +151,10 @@ def run(job, held):
 
 def _guard(job, held):
     """Room for the zvol's writes while tapdisk mirrors it (spaceguard):
-    held until the job ends, released after the VBD left mirror mode."""
+    held until the job ends, released after the VBD left mirror mode.
+    Taken before the copy: a pool that cannot guard the disk fails the
+    move at once, not after the rounds have copied the whole disk (and
+    the switch's snapshot then needs the same room as a round's)."""
     zvol = job["dataset"]
     held.enter_context(lock.reading(spaceguard.lock_name(zvol)))
     with lock.sr_lock(job["sr"]):

@@ -621,7 +621,7 @@ def test_a_mirror_that_fails_leaves_mirror_mode(host, vdi, tmp_path,
 def test_a_pool_without_room_for_the_guard_refuses_before_the_pause(
         host, tmp_path, monkeypatch, spawned):
     """Room to write the disk whole, or no mirror: the job fails before
-    tapdisk is paused, the VM untouched."""
+    it copies anything and before tapdisk is paused, the VM untouched."""
     sr, _ = create_sr({"device": "/dev/sdb"})
     vol = create_volume(sr, size=20 * GiB, name="big")   # a 10 GiB pool
     running(vol)
@@ -635,12 +635,15 @@ def test_a_pool_without_room_for_the_guard_refuses_before_the_pause(
                    copied=0, remote=REMOTE)
     monkeypatch.setattr(nbd.Client, "connect", staticmethod(
         lambda path, export: Upstream(copy.size)))
-    monkeypatch.setattr(mirrorjob.Copy, "rounds", lambda self, held: "s1")
+    copied = []
+    monkeypatch.setattr(mirrorjob.Copy, "rounds",
+                        lambda self, held: copied.append(1) or "s1")
     monkeypatch.setattr(mirror, "save", lambda doc: None)
     with contextlib.ExitStack() as held:
         with pytest.raises(errors.OutOfSpace):
             mirrorjob.run(job, held)
     assert not [a for a in host.calls if a[:2] == ["tap-ctl", "pause"]]
+    assert not copied            # refused before the copy, not after it
     assert host.zfs.get(copy.zvol, meta.MIRROR_GUARD) is None
 
 
