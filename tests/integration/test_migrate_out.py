@@ -112,9 +112,14 @@ class NbdFileDestination(object):
             time.sleep(0.1)
 
     def finalize(self):
+        self.stop()
+        return whole_hash(self.image)
+
+    def stop(self):
+        """The server ended, nothing read (a whole read of a large
+        sparse image takes a minute under emulation)."""
         self.proc.terminate()
         self.proc.wait(60)
-        return whole_hash(self.image)
 
 
 @pytest.fixture
@@ -457,24 +462,39 @@ def test_a_pool_filled_during_the_mirror_keeps_the_guests_disk(
 
 class Recording(threading.Thread):
     """A guest writing BLOCKs through its tapdev one after the other,
-    keeping each write tapdisk acknowledged (the last at each offset)."""
+    keeping each write tapdisk acknowledged (the last at each offset)
+    and the longest one's seconds."""
 
     def __init__(self, tapdev):
         threading.Thread.__init__(self, daemon=True)
         self.tapdev, self.stop = tapdev, threading.Event()
-        self.acked, self.error = {}, None
+        self.acked, self.error, self.longest = {}, None, 0.0
 
     def run(self):
         at = 0
         try:
             while not self.stop.is_set():
                 data = os.urandom(BLOCK)
+                began = time.monotonic()
                 write_direct(self.tapdev, [(at, data)])
+                self.longest = max(self.longest, time.monotonic() - began)
                 self.acked[at] = data
                 at = (at + BLOCK) % MIG_SIZE
                 self.stop.wait(WRITE_EVERY)
         except OSError as exc:
             self.error = exc
+
+
+def recorded_vm(dp, plugin, sr):
+    """A new disk, its VM started, a Recording guest writing: (the
+    volume, the Xapi, the tapdev, the guest)."""
+    src = plugin("Volume.create", sr=sr, name="disk", description="",
+                 size=MIG_SIZE, sharable=False)
+    vm = Xapi(dp, plugin, sr, src, repeat=False)
+    tapdev, _ = vm.start(domain=GUEST)
+    guest = Recording(tapdev)
+    guest.start()
+    return src, vm, tapdev, guest
 
 
 def test_a_killed_mirror_job_leaves_no_write_unkept(
@@ -487,12 +507,7 @@ def test_a_killed_mirror_job_leaves_no_write_unkept(
     space guard is put back; the zvol holds every write the guest was
     told was done."""
     destination = NbdFileDestination(tmp_path)
-    src = plugin("Volume.create", sr=sr, name="disk", description="",
-                 size=MIG_SIZE, sharable=False)
-    vm = Xapi(dp, plugin, sr, src, repeat=False)
-    tapdev, _ = vm.start(domain=GUEST)
-    guest = Recording(tapdev)
-    guest.start()
+    src, vm, tapdev, guest = recorded_vm(dp, plugin, sr)
     released.append(guest)
     dom0, proxy, op = send_start(vm, destination)
     job = job_until(op[1], "mirroring")
@@ -540,7 +555,7 @@ def test_a_disk_its_pool_cannot_guard_is_not_mirrored(
     assert read_direct(tapdev, 0, BLOCK) == data
     vm.stop(domain=GUEST)
     vm("Datapath.detach", domain=dom0)
-    destination.finalize()
+    destination.stop()            # it never got a byte
     nothing_left(sr)
 
 
