@@ -135,7 +135,8 @@ def _dead(job):
 
 def finish_dead(job, vdi_locked=False):
     """The cleanup a job whose process died did not run: its VBD, if it
-    still runs, leaves mirror mode (``leave_mirror_mode``), its space
+    still runs, leaves mirror mode (``leave_mirror_mode``; not once
+    tapdisk retired the zvol, stale then: mirrorjob._retired), its space
     guard is put back, then the job is recorded failed, in that order: a
     crash in between leaves it dead and unfinished, done again by the
     next call (each step can be done twice). Neither is touched while a
@@ -161,8 +162,9 @@ def _finish_dead(job):
         return job
     zvol = job["dataset"]
     if not lock.being_read(spaceguard.lock_name(zvol)):
-        if job.get("switching") and not leave_mirror_mode(
-                job["key"], job["tapdisk"], job["minor"]):
+        if job.get("switching") and not job.get("zvol_retired") and \
+                not leave_mirror_mode(job["key"], job["tapdisk"],
+                                      job["minor"]):
             return job
         spaceguard.release(zvol)
     why = job.get("error") or "its process ended before the mirror did"

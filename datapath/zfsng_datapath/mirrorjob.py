@@ -32,11 +32,13 @@ is involved.
    wrote since the unpause, so no background copy writes over a mirrored
    write. Data.stat says complete once the catch-up is flushed.
 4. Mirror: the relay forwards tapdisk's writes until tapdisk closes the
-   secondary (the VBD closed: the VM moved or stopped). Meanwhile a
-   watchdog asks tapdisk every WATCH seconds whether it dropped the
+   secondary (the VBD closed: the VM moved or stopped). From the switch
+   on, a watchdog asks tapdisk every WATCH seconds whether it dropped the
    secondary (``nbd_mirror_failed``: a write the destination failed or
    did not answer within tapdisk's own 30 s), which the relay cannot see;
    the job then fails, and the move with it (``mirror.check_ended``).
+   It also sees tapdisk retire the zvol on an ENOSPC (``_retired``),
+   which the space guard exists to prevent.
 
 A guest that writes faster than the link: the rounds stop shrinking and
 the job goes on to mirror; from then on the guest's writes go at the
@@ -100,6 +102,9 @@ class Job(object):
 
     def __getitem__(self, name):
         return self.doc[name]
+
+    def get(self, name):
+        return self.doc.get(name)
 
 
 def main(argv):
@@ -175,6 +180,7 @@ def mirror_writes(job, copy, base, listener, held):
     """Switch, catch up, then forward tapdisk's writes until it closes
     the secondary."""
     last, forwarder = copy.switch(held, listener)
+    _watch(job, forwarder)
     try:
         copy.catch_up(base, last, forwarder)
     except BaseException as exc:
@@ -182,7 +188,6 @@ def mirror_writes(job, copy, base, listener, held):
                        % (getattr(exc, "message", None) or exc))
         raise
     job.update(phase="mirroring")
-    _watch(job, forwarder)
     forwarder.wait()
     copy.client.flush()
     job.update(mirrored=forwarder.forwarded)
@@ -190,26 +195,53 @@ def mirror_writes(job, copy, base, listener, held):
 
 def _leave_mirror_mode(job):
     """A mirror that failed while its VM runs on here: its VBD leaves
-    mirror mode (mirror.leave_mirror_mode says why)."""
+    mirror mode (mirror.leave_mirror_mode says why), unless tapdisk
+    retired the zvol (_retired): a reopen would serve the guest a stale
+    disk."""
+    if job.get("zvol_retired"):
+        log.error("mirror %s: tapdisk %s minor %s left serving the "
+                  "destination alone: its zvol is stale since an ENOSPC",
+                  job.key, job["tapdisk"], job["minor"])
+        return
     mirror.leave_mirror_mode(job.key, job["tapdisk"], job["minor"])
 
 
 def _watch(job, forwarder):
-    """Start the watchdog: it fails the mirror once tapdisk says it
-    dropped the secondary, and ends with the mirror."""
+    """Start the watchdog, from the switch to the mirror's end: every
+    WATCH seconds it asks tapdisk whether it dropped the secondary (the
+    mirror then fails) or retired the zvol (_retired)."""
     def watch():
         while not forwarder.ended(WATCH):
+            pid, minor = job["tapdisk"], job["minor"]
             try:
-                dropped = tapctl.mirror_failed(job["tapdisk"], job["minor"])
+                dropped = tapctl.mirror_failed(pid, minor)
+                chain = tapctl.images(pid, minor)
             except errors.StorageError:
                 continue          # the VBD closing: the relay sees it end
             if dropped:
                 forwarder.stop("tapdisk dropped the mirror "
                                "(nbd_mirror_failed)")
                 return
+            if chain and not job.get("zvol_retired") and \
+                    job.get("image") not in chain:
+                _retired(job)
     thread = threading.Thread(target=watch)
     thread.daemon = True
     thread.start()
+
+
+def _retired(job):
+    """tapdisk retired the zvol on an ENOSPC the space guard should have
+    made impossible (TD_IGNORE_ENOSPC, /var/run/tapdisk-enospc<minor>):
+    the guest is served by the destination alone, which the catch-up
+    makes whole, and the zvol is stale. Failing the move would leave the
+    VM on the stale zvol, so the mirror goes on, the job records it, and
+    nothing reopens the zvol (_leave_mirror_mode, mirror.finish_dead)."""
+    job.update(zvol_retired=time.time())
+    log.error("mirror %s: tapdisk retired %s after an ENOSPC (tapdisk-"
+              "enospc%s): the guest's disk is the destination alone and "
+              "%s is stale; let the move finish, do not cancel it",
+              job.key, job["image"], job["minor"], job["dataset"])
 
 
 class Copy(object):
@@ -301,7 +333,9 @@ class Copy(object):
         with lock.sr_lock(self.job["sr"]):    # for inside the pause
             # from here a killed job's VBD may be left in mirror mode,
             # which the next call then leaves (mirror.finish_dead)
-            self.job.update(switching=time.time())
+            row = tapctl.view().vbd(pid, minor)   # the image it serves
+            self.job.update(switching=time.time(),
+                            image=row.path if row else None)
             tapctl.pause(pid, minor)   # a failed one leaves the VBD running
             paused = time.monotonic()
             try:

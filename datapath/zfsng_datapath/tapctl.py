@@ -11,7 +11,9 @@ for what each one does):
                                      /dev/xen/blktap-2/tapdev<minor>
                                      (BLKTAP2_IO_DEVICE + minor)
   tap-ctl stats -p PID -m MINOR      the VBD's figures, a JSON object
-                                     (tapdisk_vbd_stats): nbd_mirror_failed
+                                     (tapdisk_vbd_stats): nbd_mirror_failed,
+                                     and the images it serves from, in
+                                     order (each one's path, no type)
   tap-ctl attach -p PID -m MINOR     the tapdisk takes the minor's ring
                                      (EINVAL if it has it already)
   tap-ctl open -p PID -m MINOR -a aio:PATH [-R]
@@ -73,6 +75,7 @@ acknowledged before ZFS had them (ARCHITECTURE.md, The datapath: the figures).
 """
 
 import errno
+import json
 import os
 import re
 import stat
@@ -266,6 +269,26 @@ def mirror_failed(pid, minor):
     the guest is never told). None when tapdisk does not say."""
     return parse_mirror_failed(_run(["stats", "-p", str(pid),
                                      "-m", str(minor)]))
+
+
+def images(pid, minor):
+    """The paths of the images tapdisk serves the VBD from, first first
+    (``images`` in ``tap-ctl stats``: the live chain, tapdisk_vbd_stats);
+    None when its stats do not say. In mirror mode: the zvol, then the
+    NBD secondary's socket. An ENOSPC on the zvol there makes tapdisk
+    retire the zvol from the chain and serve the guest from the secondary
+    alone (TD_IGNORE_ENOSPC, tapdisk_vbd_complete_td_request), which
+    nbd_mirror_failed does not show: the zvol's absence here does."""
+    return parse_images(_run(["stats", "-p", str(pid), "-m", str(minor)]))
+
+
+def parse_images(text):
+    """The image paths of ``tap-ctl stats``'s output; None when it is not
+    the JSON object tapdisk prints."""
+    try:
+        return [str(image["name"]) for image in json.loads(text)["images"]]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def parse_mirror_failed(text):

@@ -117,7 +117,8 @@ def seen(kind, rc, out, names):
                   r.state, r.type, r.path) for r in rows]
         return ("rows", sorted(found, key=repr))
     if kind == "stats":
-        return ("mirror_failed", tapctl.parse_mirror_failed(out))
+        return ("mirror_failed, images", tapctl.parse_mirror_failed(out),
+                tapctl.parse_images(out))
     return ("ok", out.strip())
 
 

@@ -276,10 +276,33 @@ class FakeTapCtl(object):
         """The VBD's figures as tapdisk_vbd_stats prints them (the fields
         the datapath reads): ENODEV without the VBD."""
         vbd = self._vbd(self._opts(args, "p:m:h"))
-        return ('{ "name": "%s", "secs": [ 0, 0 ], "images": [ ], '
+        chain = ", ".join('{ "name": "%s", "hits": [ 0, 0 ], "fail": '
+                          '[ 0, 0 ], "driver": { "type": 2 } }' % path
+                          for path in self._chain(vbd))
+        return ('{ "name": "%s", "secs": [ 0, 0 ], "images": [ %s ], '
                 '"FIXME_enospc_redirect_count": 0, "nbd_mirror_failed": %d, '
                 '"reqs_outstanding": 0, "read_caching": "false" }\n'
-                % (vbd["args"] or "", vbd.get("mirror_failed", 0)))
+                % (vbd["args"] or "", chain, vbd.get("mirror_failed", 0)))
+
+    @staticmethod
+    def _chain(vbd):
+        """The images tapdisk serves from: none closed or paused; the
+        image, then a mirror's secondary; the secondary alone once an
+        ENOSPC retired the image (retire_image)."""
+        if not vbd["args"] or vbd.get("state", 0) & PAUSED:
+            return []
+        chain = [] if vbd.get("retired") else [vbd["args"].split(":", 1)[1]]
+        if vbd.get("secondary") and not vbd.get("mirror_failed"):
+            chain.append(vbd["secondary"].split(":", 1)[1])
+        return chain
+
+    def retire_image(self, pid, minor):
+        """An ENOSPC on a mirrored image: tapdisk drops the image from the
+        chain and serves from the secondary alone, nbd_mirror_failed
+        untouched (tapdisk_vbd_complete_td_request)."""
+        vbd = self.tapdisks[pid][minor]
+        assert vbd.get("ignore_enospc") and vbd.get("secondary")
+        vbd["retired"] = True
 
     def drop_mirror(self, pid, minor):
         """tapdisk dropped the VBD's NBD secondary (a write failed or timed
@@ -298,6 +321,9 @@ class FakeTapCtl(object):
             vbd["args"] = opts["a"]
         if "2" in opts:
             vbd["ignore_enospc"] = opts["2"] != "null"
+        vbd["secondary"] = opts["2"] if opts.get("2", "null") != "null" \
+            else None
+        vbd["retired"] = False             # the image reopened
         vbd["state"] = 0
         return ""
 

@@ -755,3 +755,100 @@ def test_a_job_killed_before_its_switch_never_pauses_the_guest(
     assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
     assert not [a for a in host.calls[before:] if a[0] == "tap-ctl"]
     assert not guarded(host, dataset_of(vol))
+
+
+# --- tapdisk retires the zvol on ENOSPC ---------------------------------------
+
+class Watched(object):
+    """A relay for the watchdog: it runs for a few looks, then ends;
+    stop() records why it was stopped."""
+
+    def __init__(self, looks):
+        self.looks, self.stopped = looks, None
+
+    def ended(self, timeout):
+        self.looks -= 1
+        return self.looks < 0 or self.stopped is not None
+
+    def stop(self, why):
+        self.stopped = why
+
+
+def watched_job(host, vol):
+    """A job of vol's disk whose VBD tapdisk mirrors, as after the
+    switch: (the job, its VBD's fake state)."""
+    doc, vbd = killed_while_mirroring(host, vol)
+    doc["image"] = vbd["args"].split(":", 1)[1]
+    mirror.save(doc)
+    job = mirrorjob.Job(doc["key"])
+    return job, vbd
+
+
+@pytest.mark.parametrize("event", ["retired", "dropped", "none"])
+def test_the_watchdog_tells_a_retired_zvol_from_a_dropped_mirror(
+        host, vdi, spawned, monkeypatch, event):
+    """An ENOSPC retires the zvol (the guest served by the destination
+    alone, nbd_mirror_failed untouched): the job records it and lets the
+    mirror go on, the destination being the only whole disk. A dropped
+    secondary stops the mirror. Neither: nothing happens."""
+    sr, vol = vdi
+    running(vol)
+    monkeypatch.setattr(mirrorjob, "WATCH", 0)
+    job, vbd = watched_job(host, vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    if event == "retired":
+        host.tap.retire_image(pid, minor)
+    elif event == "dropped":
+        host.tap.drop_mirror(pid, minor)
+    relay_ = Watched(looks=3)
+    mirrorjob._watch(job, relay_)
+    deadline = time.monotonic() + 10
+    while relay_.looks >= 0 and relay_.stopped is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    saved = mirror.load(job.key)
+    assert bool(saved.get("zvol_retired")) == (event == "retired")
+    assert (relay_.stopped is not None) == (event == "dropped")
+
+
+def test_a_failed_job_never_reopens_a_retired_zvol(host, vdi, spawned):
+    """The zvol is stale once retired: the failing job's way out leaves
+    the VBD serving the destination rather than reopen the zvol."""
+    sr, vol = vdi
+    running(vol)
+    job, vbd = watched_job(host, vol)
+    job.update(zvol_retired=time.time())
+    before = len(host.calls)
+    mirrorjob._leave_mirror_mode(job)
+    assert not [a for a in host.calls[before:] if a[0] == "tap-ctl"]
+
+
+def test_a_killed_jobs_cleanup_never_reopens_a_retired_zvol(host, vdi,
+                                                            spawned):
+    sr, vol = vdi
+    running(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    job["zvol_retired"] = time.time()
+    mirror.save(job)
+    before = len(host.calls)
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+    assert not [a for a in host.calls[before:]
+                if a[:2] in (["tap-ctl", "pause"], ["tap-ctl", "unpause"])]
+    assert mirror.load(job["key"])["phase"] == "failed"
+
+
+def test_tap_ctl_stats_images_are_read_as_tapdisk_prints_them(host, vdi):
+    """The chain in mirror mode: the image, then the secondary; the
+    secondary alone once retired; nothing while paused."""
+    sr, vol = vdi
+    running(vol)
+    [(pid, minor, _, _)] = host.tap.vbds()
+    path = host.tap.tapdisks[pid][minor]["args"].split(":", 1)[1]
+    assert tapctl.images(pid, minor) == [path]
+    tapctl.pause(pid, minor)
+    assert tapctl.images(pid, minor) == []
+    tapctl.unpause(pid, minor, "nbd:/var/run/m.sock")
+    assert tapctl.images(pid, minor) == [path, "/var/run/m.sock"]
+    host.tap.retire_image(pid, minor)
+    assert tapctl.images(pid, minor) == ["/var/run/m.sock"]
+    assert tapctl.parse_images("no json") is None
