@@ -40,7 +40,7 @@ ZFS           ?= 2.3
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
         test-multihost-2.1 test-multihost-2.3 test-guests test-guests-all \
-        test-twohosts test-xen \
+        test-twohosts test-twohosts-cut test-xen \
         test-migration \
         faults faults-quick faults-2.1 faults-2.3 faults-report
 
@@ -194,7 +194,7 @@ test-migration:
 	bash $(GUEST) --zfs $(ZFS) --timeout 2400 -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=none \
 	    PYTEST_ARGS="-k migrate"
-	$(MAKE) test-twohosts
+	$(MAKE) test-twohosts test-twohosts-cut
 
 # A real Xen PV VM whose disk is a zfs-ng VDI (tests/xen): the guest booted
 # as a Xen 4.17 host (run.sh --xen), blkfront in a domU, tapback and
@@ -207,6 +207,11 @@ test-xen:
 
 test-twohosts:
 	bash tests/guest/twohosts.sh --zfs $(ZFS)
+
+# The same move with host B's power cut mid-mirror (its QEMU killed):
+# the move fails, the VM runs on on host A with every write.
+test-twohosts-cut:
+	bash tests/guest/twohosts.sh --zfs $(ZFS) --cut
 
 # Both suites at once, a one-CPU guest each: the suites are sequential
 # plugin calls, so on a two-core host two one-CPU guests side by side take

@@ -233,10 +233,12 @@ def _watch(job, forwarder):
 def _retired(job):
     """tapdisk retired the zvol on an ENOSPC the space guard should have
     made impossible (TD_IGNORE_ENOSPC, /var/run/tapdisk-enospc<minor>):
-    the guest is served by the destination alone, which the catch-up
-    makes whole, and the zvol is stale. Failing the move would leave the
-    VM on the stale zvol, so the mirror goes on, the job records it, and
-    nothing reopens the zvol (_leave_mirror_mode, mirror.finish_dead)."""
+    the guest's writes go to the destination alone (its reads return
+    zeros: see ARCHITECTURE.md) and the zvol is stale. The destination
+    is the one disk the catch-up makes whole; failing the move would
+    leave the VM on the stale zvol. So the mirror goes on, the job
+    records it, and nothing reopens the zvol (_leave_mirror_mode,
+    mirror.finish_dead)."""
     job.update(zvol_retired=time.time())
     log.error("mirror %s: tapdisk retired %s after an ENOSPC (tapdisk-"
               "enospc%s): the guest's disk is the destination alone and "

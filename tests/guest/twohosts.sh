@@ -6,12 +6,25 @@
 # relays the hand-over files between their results dirs. See
 # tests/integration/twohost_guest.py.
 #
-#   twohosts.sh [--zfs 2.1|2.3]
+# With --cut, host B's power is cut (its QEMU killed, no shutdown) once
+# host A's move has reached complete and asks for it (A's results dir
+# gets "cut"): A must see the move fail while its VM runs on, every write
+# kept (twohost_guest.py source-cut).
+#
+#   twohosts.sh [--zfs 2.1|2.3] [--cut]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-zfs=2.3
-[ "${1:-}" != --zfs ] || zfs=${2:?}
+zfs=2.3 cut=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --zfs) zfs=${2:?}; shift 2 ;;
+        --cut) cut=1; shift ;;
+        *) echo "twohosts.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+role_a=source
+[ -z "$cut" ] || role_a=source-cut
 bound=2400      # s, each guest and the relay
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-twohosts.XXXXXX")
@@ -33,7 +46,7 @@ echo "twohosts: host B (destination) and host A (source), OpenZFS $zfs" >&2
 guest "$tmp/b" --link-listen destination >"$tmp/b.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 60; i++)); do [ -S "$tmp/link.sock" ] && break; sleep 1; done
-guest "$tmp/a" --link-connect source >"$tmp/a.log" 2>&1 &
+guest "$tmp/a" --link-connect "$role_a" >"$tmp/a.log" 2>&1 &
 pids+=($!)
 
 relay() {   # relay <from> <to>: once, when it appears
@@ -44,6 +57,12 @@ for ((i = 0; i < bound; i += 2)); do
     relay "$tmp/b/ready.json" "$tmp/a/remote.json"
     relay "$tmp/a/finalize" "$tmp/b/finalize"
     relay "$tmp/b/result.json" "$tmp/a/result.json"
+    if [ -n "$cut" ] && [ -e "$tmp/a/cut" ] && [ ! -e "$tmp/b/cut" ]; then
+        # the power cut: QEMU itself (and its timeout) killed at once
+        pkill -KILL -f "path=$tmp/b,mount_tag=results" || true
+        touch "$tmp/b/cut"
+        echo "twohosts: host B's power cut at $(date +%T)" >&2
+    fi
     b_up=1 a_up=1
     kill -0 "${pids[0]}" 2>/dev/null || b_up=0
     kill -0 "${pids[1]}" 2>/dev/null || a_up=0
@@ -51,7 +70,7 @@ for ((i = 0; i < bound; i += 2)); do
     # one host gone: the other must not wait its whole bound for it
     [ "$a_up" = 1 ] || [ -e "$tmp/b/finalize" ] || touch "$tmp/b/finalize"
     [ "$b_up" = 1 ] || [ -e "$tmp/b/result.json" ] || [ "$a_up" = 0 ] ||
-        kill "${pids[1]}" 2>/dev/null || true
+        [ -n "$cut" ] || kill "${pids[1]}" 2>/dev/null || true
     sleep 2
 done
 brc=0 arc=0
@@ -67,4 +86,9 @@ for h in b a; do
     fi
 done
 echo "twohosts: host A (source) exit $arc, host B (destination) exit $brc" >&2
-[ "$arc" -eq 0 ] && [ "$brc" -eq 0 ]
+if [ -n "$cut" ]; then      # B was killed: its exit says nothing
+    [ -e "$tmp/b/cut" ] || { echo "twohosts: host B was never cut" >&2; exit 1; }
+    [ "$arc" -eq 0 ]
+else
+    [ "$arc" -eq 0 ] && [ "$brc" -eq 0 ]
+fi

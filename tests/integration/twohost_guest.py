@@ -15,6 +15,13 @@ that stands for the network xapi's NBD connection crosses.
                                 proxy, Data.mirror, Data.stat until
                                 complete), the VM moves, and the
                                 destination's hash must equal the source's
+  twohost_guest.py source-cut   host A as source, until the mirror is
+                                complete; then it asks the host to cut
+                                host B's power (its QEMU killed) and
+                                checks that the move fails while the VM
+                                runs on here, every write it was told
+                                was done on its disk
+  (host B's role is destination in both scenarios)
 
 The hand-over goes through /results, relayed by the host: B's ready.json
 becomes A's remote.json, A's finalize B's, B's result.json A's.
@@ -34,9 +41,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 
 from conftest import DATAPATH_PLUGIN, ROOT, wipe  # noqa: E402
+from datapath_util import dataset  # noqa: E402
 from multihost_guest import RESULTS, put  # noqa: E402
-from plugin_client import Plugin  # noqa: E402
-from test_migrate_out import ZfsNgDestination, migrate_live  # noqa: E402
+from plugin_client import Plugin, PluginError  # noqa: E402
+from test_migrate_out import GUEST, ZfsNgDestination, differing, \
+    job_gone, migrate_live, recorded_vm, send_start, \
+    wait_complete  # noqa: E402
 from test_sr_lifecycle import attach  # noqa: E402
 from test_tapdisk import nothing_left  # noqa: E402
 
@@ -45,6 +55,8 @@ PORT = "/dev/virtio-ports/zfsng.link"
 LINK = "/run/zfsng-link.sock"     # host A's end of the link, for the proxy
 GO = b"\x01"                      # A to B: the proxy has its connection
 WAIT = 1500                       # s: the longest one host waits for the other
+LOST = 300      # s: the longest the source may take to see host B gone
+                # (tapdisk's NBD timeout is 30 s, the relay's 60 s)
 
 
 def wait_for(name):
@@ -128,6 +140,56 @@ def source(plugin, dp):
     plugin("SR.detach", sr=sr)
 
 
+def source_cut(plugin, dp):
+    """Host B's power cut while tapdisk mirrors the VM's writes to it,
+    after Data.stat said complete (xapi no longer polls, the moment a
+    lost mirror is hardest to see). xapi's last Data.stat before it
+    moves the VM's memory must then fail the move (MirrorFailed), the
+    guest must never see an error, and the disk here must hold every
+    write the guest was told was done. The longest write is printed:
+    what the guest lived through while tapdisk waited for host B."""
+    sr = new_sr(plugin, "srcsr")
+    link = Link(wait_for("remote.json")["export"])
+    src, vm, tapdev, guest = recorded_vm(dp, plugin, sr)
+    dom0, proxy, op = send_start(vm, link)
+    wait_complete(dp, op[1])
+    put("cut", {})                        # the host pulls B's plug
+    failed = mirror_failure(dp, op[1])
+    time.sleep(2)                         # the guest writes on, here
+    guest.stop.set()
+    guest.join(60)
+    assert guest.error is None and guest.acked, guest.error
+    assert job_gone(op[1])["phase"] == "failed"
+    assert not differing("/dev/zvol/" + dataset(src),
+                         sorted(guest.acked.items()))
+    vm.stop(domain=GUEST)             # xapi's clean-up: no error
+    vm("Datapath.detach", domain=dom0)
+    plugin("Volume.destroy", sr=sr, key=src["key"])
+    nothing_left(sr)
+    plugin("SR.detach", sr=sr)
+    print("twohost source-cut: host B's loss seen after %.1f s (%s); "
+          "the guest's longest write %.1f s, %d writes kept"
+          % (failed[0], failed[1], guest.longest, len(guest.acked)),
+          flush=True)
+
+
+def mirror_failure(dp, key):
+    """xapi's Data.stat until the move fails: (seconds, how). After
+    complete the plugin answers MirrorFailed once, then failed."""
+    started = time.monotonic()
+    while time.monotonic() - started < LOST:
+        try:
+            got = dp("Data.stat", operation=["MirrorV1", key])
+        except PluginError as err:
+            assert err.name == "MirrorFailed", err.params
+            return time.monotonic() - started, "MirrorFailed"
+        if got["failed"]:
+            return time.monotonic() - started, "failed"
+        time.sleep(1)
+    raise AssertionError("host B lost %d s ago, the move still stands"
+                         % LOST)
+
+
 def destination(plugin, dp):
     sr = new_sr(plugin, "destsr")
     leaf = ZfsNgDestination(dp, plugin, sr)     # receive_start3
@@ -149,7 +211,8 @@ def main(role):
     env = {"ZFSNG_RUN_DIR": "/tmp/zfsng-run"}
     plugin = Plugin(ROOT, env=env)
     dp = Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN, env=env)
-    {"source": source, "destination": destination}[role](plugin, dp)
+    {"source": source, "source-cut": source_cut,
+     "destination": destination}[role](plugin, dp)
     print("twohost %s: ok" % role, flush=True)
 
 
