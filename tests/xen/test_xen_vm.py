@@ -399,6 +399,15 @@ def test_a_pv_guest_writes_and_reads_its_zfs_ng_disk_through_tapback(
     mark("domU wrote and read back")
     assert domu_says(name, "read-before") == sha(before)
     assert domu_says(name, "read-back") == sha(pattern)
+    # tapback 3.55.5 advertises no feature-discard (frontend.c
+    # connect_frontend), so blkfront gives xvda no discard: a guest's
+    # fstrim fails (EOPNOTSUPP) and frees nothing on the zvol. It does
+    # advertise feature-barrier, so blkfront declares a write-back cache
+    # and sends the guest's flushes, as barriers (README "Discard")
+    queue = re.search(r"ZFSNG-DOMU queue discard_max_bytes=(\d+) "
+                      r"write_cache=(\S+)", log)
+    assert queue and queue.groups() == ("0", "write_back"), queue and \
+        queue.groups()
 
     # VBD.unplug: the clean shutdown, then release; the domU sees xvda go
     # and powers off; xl reaps it (on_poweroff destroy).
