@@ -36,6 +36,12 @@ caches dropped before each run (diskrig), so the disk bounds again:
 4. **cbt_list**: the CBT section's listing benchmark on the one-disk
    pool: what list_changed_blocks' zdb walk costs against reading the
    changed bytes once when the reading is disk-bound (cbt_list()).
+5. **latency**: sync-write latency at queue depth 1 (the one figure the
+   throughput runs cannot show): zfs-ng VDIs through the datapath plugin
+   and tapdisk on SRs with ``logbias=latency`` and ``logbias=throughput``
+   at 16K and 8K blocks, 4k and 64k random writes one at a time, p50 and
+   p99 of fio's completion latency, interleaved and paired per run
+   (latency()).
 
 Every run records the disk's requests and bytes a second (per disk) next
 to the limits: ``disk_util`` near 1 is the evidence the disk bound it.
@@ -69,6 +75,16 @@ LAYOUTS = [
     ("raidz2", ["raidz2", 3, 4, 5, 6], "6"),
 ]
 SCALE = [1, 2, 4]
+# The latency part's VDIs: name, SR device-config (zfs-ng's own options;
+# sync=always, the default, on all of them), and its sync workloads.
+LATENCY_VARIANTS = [
+    ("16k-latency", {"logbias": "latency"}),
+    ("16k-throughput", {"logbias": "throughput"}),
+    ("8k-latency", {"volblocksize": "8K", "logbias": "latency"}),
+    ("8k-throughput", {"volblocksize": "8K", "logbias": "throughput"}),
+]
+LATENCY_WORKLOADS = [("syncwrite-4k-qd1", "randwrite", "4k", 1),
+                     ("syncwrite-64k-qd1", "randwrite", "64k", 1)]
 EXT4_MNT = "/var/tmp/zfsng-bench/ext4"
 
 
@@ -80,11 +96,15 @@ def plan(ctx):
         return {"size_bytes": 64 * diskrig.MIB, "runtime_s": 3,
                 "seq_bytes": 4 * diskrig.MIB, "ceiling_runtime_s": 2,
                 "ceiling_seq_bytes": 16 * diskrig.MIB,
-                "runs": ctx.runs, "layout_runs": ctx.runs}
+                "runs": ctx.runs, "layout_runs": ctx.runs,
+                "latency_size_bytes": 8 * diskrig.MIB,
+                "latency_runtime_s": 3}
     return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 10,
             "seq_bytes": 16 * diskrig.MIB, "ceiling_runtime_s": 4,
             "ceiling_seq_bytes": 64 * diskrig.MIB,
-            "runs": ctx.runs, "layout_runs": max(1, ctx.runs - 1)}
+            "runs": ctx.runs, "layout_runs": max(1, ctx.runs - 1),
+            "latency_size_bytes": 32 * diskrig.MIB,
+            "latency_runtime_s": 10}
 
 
 class Launch(object):
@@ -183,6 +203,8 @@ def run(ctx):
            "size_mib": plan_["size_bytes"] // diskrig.MIB,
            "runtime_s": plan_["runtime_s"], "runs": plan_["runs"],
            "layout_runs": plan_["layout_runs"],
+           "latency_size_mib": plan_["latency_size_bytes"] // diskrig.MIB,
+           "latency_runtime_s": plan_["latency_runtime_s"],
            "launch": LAUNCH, "targets": TARGETS}
     out["failed_parts"] = []
     for name, part in PARTS:
@@ -194,10 +216,11 @@ def run(ctx):
         except Exception:   # keep the other parts' figures
             traceback.print_exc()
             out["failed_parts"].append(name)
-    for name in ("launch_runs", "scaling", "layouts"):
+    for name in ("launch_runs", "scaling", "layouts", "latency"):
         for m in out[name]:
             m["disk_util"] = max(m["disk_iops"] / iops, m["disk_bps"] / bps)
     out["ratios"] = ratios(out["launch_runs"])
+    out["latency_ratios"] = latency_ratios(out["latency"])
     out["snapshot_penalty"] = snapshot_penalty(out["launch_runs"])
     return out
 
@@ -382,8 +405,65 @@ def cbt_list(ctx, plan_):
     return rows
 
 
+def latency(ctx, plan_):
+    """Sync-write latency at queue depth 1, logbias=latency against
+    logbias=throughput, at 16K and 8K blocks (LATENCY_VARIANTS: one SR
+    each on the one-disk pool, one VDI each, attached as a guest's disk).
+
+    The throughput runs (queue depths 4 and 128) show what logbias does
+    to bytes on the disk; a guest that waits for each sync write before
+    the next (a database's commit) sees the time of one write instead.
+    With latency, no log device and blocks of 32K or less, OpenZFS
+    copies the write into the log (one log write); with throughput the
+    block is written, then the log record pointing at it. Which is
+    faster per write is what this part measures. The VDIs are filled
+    first (as the launch part's: a 4k write then rewrites a block that
+    holds data), the caches dropped before each run; the order of the
+    four rotates from run to run, so that none always follows another."""
+    size = plan_["latency_size_bytes"]
+    names = [n for n, _ in LATENCY_VARIANTS]
+    vdis, runs = {}, []
+    try:
+        for name, options in LATENCY_VARIANTS:
+            sr = ctx.new_sr("bench-lat-" + name, **options)
+            vdis[name] = (sr, diskrig.DatapathDisk(ctx, sr, size,
+                                                   "lat-" + name))
+        targets = dict(
+            (name, Target(vdi.dev, diskrig.zpool_syncer(ctx.pool),
+                          [diskrig.disk(1)],
+                          dataset=common.volume_dataset(vdi.vol)))
+            for name, (sr, vdi) in vdis.items())
+        props = dict((name, _zvol_props(targets[name].dataset))
+                     for name in names)
+        diskrig.fill([targets[n] for n in names], size)
+        for workload in LATENCY_WORKLOADS:
+            for i in range(plan_["runs"]):
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    m = diskrig.measure([targets[name]], size, workload,
+                                        plan_["latency_runtime_s"], k=i)
+                    m.update(m.pop("clat_us")[0])
+                    runs.append(_record(m, variant=name, run=i,
+                                        workload=workload[0],
+                                        **props[name]))
+            common.log("disk-bound: latency %s done", workload[0])
+    finally:
+        for sr, vdi in vdis.values():
+            vdi.close()
+            _destroy_volume(ctx, sr, vdi.vol)
+    return runs
+
+
+def _zvol_props(dataset):
+    """The zvol's volblocksize, logbias and sync as ZFS reads them back:
+    the evidence the SR options reached it."""
+    out = common.run(["zfs", "get", "-Hp", "-o", "property,value",
+                      "volblocksize,logbias,sync", dataset])
+    return dict(line.split("\t") for line in out.strip().splitlines())
+
+
 PARTS = [("launch_runs", launch), ("scaling", scaling),
-         ("layouts", layouts), ("cbt_list", cbt_list)]
+         ("layouts", layouts), ("cbt_list", cbt_list),
+         ("latency", latency)]
 
 
 def _destroy_volume(ctx, sr, vol):
@@ -415,6 +495,31 @@ def ratios(runs):
                     out.append({"ratio": name, "of": [num, den],
                                 "workload": workload, "snapshot": snapshot,
                                 "value": common.summary(values)})
+    return out
+
+
+def latency_ratios(runs):
+    """Per (block size, workload): logbias=throughput over
+    logbias=latency, run i against run i, for the p50 and p99 completion
+    latencies (above 1: throughput is slower per write) and for IOPS."""
+    by = dict(((m["variant"], m["workload"], m["run"]), m) for m in runs)
+    out = []
+    for size in ("16k", "8k"):
+        for workload in [w[0] for w in LATENCY_WORKLOADS]:
+            values = {"p50": [], "p99": [], "iops": []}
+            for (v, w, i), m in sorted(by.items()):
+                if (v, w) != (size + "-throughput", workload):
+                    continue
+                other = by.get((size + "-latency", w, i))
+                for key in values:
+                    if other and other.get(key) and m.get(key) is not None:
+                        values[key].append(m[key] / other[key])
+            if values["p50"]:
+                out.append(dict(
+                    [("volblocksize", size), ("workload", workload),
+                     ("of", ["throughput", "latency"])] +
+                    [(k, common.summary(v)) for k, v in values.items()
+                     if v]))
     return out
 
 

@@ -254,6 +254,7 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
             "disk_written_per_byte": d[3] / moved,
             "arc_hits": arc1[0] - arc0[0], "arc_misses": arc1[1] - arc0[1],
             "arc_mib_at_start": arc_size / float(MIB),
+            "clat_us": [j["clat_us"] for j in jobs],
             "cpu_busy": (cpu1[0] - cpu0[0]) / float(max(cpu1[1] - cpu0[1],
                                                         1))}
 
@@ -284,9 +285,21 @@ def fio_jobs(paths, size, rw, bs, iodepth, runtime_s, offset=0):
     return [_job(job[side]) for job in jobs]
 
 
+CLAT_PERCENTILES = ("50", "99")
+
+
 def _job(stats):
+    """What a run keeps of fio's stats: totals, and the completion
+    latency (fio's clat: submission to completion, in microseconds) at
+    the median and the 99th percentile, and its mean."""
+    clat = stats.get("clat_ns") or {}
+    pct = clat.get("percentile") or {}
+    lat = dict(("p" + p, pct["%s.000000" % p] / 1000.0)
+               for p in CLAT_PERCENTILES if "%s.000000" % p in pct)
+    if "mean" in clat:
+        lat["mean"] = clat["mean"] / 1000.0
     return {"runtime": stats["runtime"], "total_ios": stats["total_ios"],
-            "io_bytes": stats["io_bytes"]}
+            "io_bytes": stats["io_bytes"], "clat_us": lat}
 
 
 def fill(targets, size):

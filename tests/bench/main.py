@@ -5,7 +5,7 @@
                     compose] [--runs N] [--quick]
     python3 tests/bench/main.py ... --sections ceilings
     python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
-        [--parts launch_runs,scaling,layouts,cbt_list]
+        [--parts launch_runs,scaling,layouts,cbt_list,latency]
         [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
     python3 tests/bench/main.py ... --sections migrate
         [--parts by_size,halted,snapshots,plain_copy,full]
@@ -69,8 +69,9 @@ def main():
     parser.add_argument("--parts", default=None,
                         help="disk-bound, cbt or migrate: only these "
                              "parts (comma lists: launch_runs,scaling,"
-                             "layouts,cbt_list; list_methods,bytes_read,"
-                             "after_revert,by_size; by_size,halted,"
+                             "layouts,cbt_list,latency; list_methods,"
+                             "bytes_read,after_revert,by_size; by_size,"
+                             "halted,"
                              "snapshots,plain_copy,full)")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
