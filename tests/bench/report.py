@@ -734,12 +734,17 @@ def merge(out, directories):
     merged = dict(runs[0])
     section = dict(runs[0]["disk-bound"])
     section["failed_parts"] = []
-    for name in ("launch_runs", "scaling", "layouts", "cbt_list"):
+    for name in ("launch_runs", "scaling", "layouts", "cbt_list",
+                 "latency"):
         ran = [r["disk-bound"] for r in runs if r["disk-bound"].get(name)]
         section[name] = ran[0][name] if ran else []
         if ran and name == "launch_runs":   # its summaries go with it
             section["ratios"] = ran[0]["ratios"]
             section["snapshot_penalty"] = ran[0]["snapshot_penalty"]
+        if ran and name == "latency":
+            section["latency_ratios"] = ran[0]["latency_ratios"]
+            for key in ("latency_size_mib", "latency_runtime_s"):
+                section[key] = ran[0][key]
     for r in runs:
         section["failed_parts"] += r["disk-bound"].get("failed_parts", [])
     section["wall_s"] = max(r["disk-bound"]["wall_s"] for r in runs)

@@ -88,8 +88,8 @@ def render(d, out):
         md.append("**Parts that failed (see output.log): %s.**\n"
                   % ", ".join(failed))
     md += _ceilings(out)
-    md += ["### zfs-ng against SMAPIv1's VHD file (the launch benchmark)\n",
-           launch_table(d),
+    md += ["### zfs-ng against SMAPIv1's VHD file (the launch benchmark)\n"]
+    md += [launch_table(d),
            "### The other ratios\n", _ratio_table(d),
            "### What a snapshot costs\n",
            "Median IOPS with a snapshot over median without.\n",
@@ -100,8 +100,9 @@ def render(d, out):
            "fio moved. *CPU busy*: the guest's CPUs during fio.\n",
            _table(["workload", "snapshot", "backend", "IOPS", "MiB/s",
                    "util", "disk read per byte", "disk written per byte",
-                   "CPU busy", "ARC hits/misses"], _every_row(d)),
-           "### Several VDIs at once on the one-disk pool\n",
+                   "CPU busy", "ARC hits/misses"], _every_row(d))] \
+        if d["launch_runs"] else [NOT_RUN]
+    md += ["### Several VDIs at once on the one-disk pool\n",
            "N zfs-ng VDIs, each with its own fio at once (IOPS, or "
            "MiB/s for sequential runs); the total against one VDI's, and "
            "the slowest VDI's share of an even split (1.0 = even).\n",
@@ -137,9 +138,58 @@ def render(d, out):
                         "%.2fx" % (r["zdb_s"] / r["read_s"]),
                         "%.2fx" % (r["send_s"] / r["read_s"])]
                        for r in d["cbt_list"]])]
-    md.append("\n![disk-bound ratios](%s)\n"
-              % os.path.basename(_plot(d, out)))
+    if d.get("latency"):
+        md += _latency(d)
+    if d["launch_runs"]:
+        md.append("\n![disk-bound ratios](%s)\n"
+                  % os.path.basename(_plot(d, out)))
     return md
+
+
+def _latency(d):
+    """The latency part: sync writes one at a time, logbias=latency
+    against logbias=throughput, per block size."""
+    rows = []
+    ratios = dict(((r["volblocksize"], r["workload"]), r)
+                  for r in d.get("latency_ratios", []))
+    for size in ("16k", "8k"):
+        for w in ("syncwrite-4k-qd1", "syncwrite-64k-qd1"):
+            lat = _pick(d["latency"], variant=size + "-latency", workload=w)
+            tput = _pick(d["latency"], variant=size + "-throughput",
+                         workload=w)
+            if not lat or not tput:
+                continue
+            r = ratios.get((size, w), {})
+            rows.append(
+                [size.upper(), w] +
+                ["%s / %s" % (_s((m[p] / 1000.0 for m in lat), "%.1f"),
+                              _s((m[p] / 1000.0 for m in tput), "%.1f"))
+                 for p in ("p50", "p99")] +
+                [_x(r[k]) if k in r else "-" for k in ("p50", "p99",
+                                                       "iops")] +
+                [_pair(lat, tput, key) for key in (
+                    "iops", "disk_written_per_byte",
+                    "disk_read_per_byte", "disk_util")])
+    return ["### Sync-write latency at queue depth 1: logbias\n",
+            "zfs-ng VDIs (sync=always) through the datapath plugin and "
+            "tapdisk, one SR per column pair, %d MiB each, filled; fio "
+            "random writes at iodepth 1 for %d s per run, caches dropped "
+            "before each, the four VDIs in turn (the order rotating), %d "
+            "runs. Latency: fio's completion latency (clat) in ms, "
+            "median (min-max) over the runs of each run's percentile. "
+            "Ratios: throughput over latency, run i against run i "
+            "(above 1: logbias=throughput is slower per write, or, for "
+            "IOPS, faster).\n"
+            % (d.get("latency_size_mib", 0), d.get("latency_runtime_s", 0),
+               d["runs"]),
+            _table(["volblocksize", "workload",
+                    "p50 ms, latency / throughput",
+                    "p99 ms, latency / throughput",
+                    "p50 throughput / latency", "p99 throughput / latency",
+                    "IOPS throughput / latency", "IOPS, latency / throughput",
+                    "disk written per byte, latency / throughput",
+                    "disk read per byte, latency / throughput",
+                    "util, latency / throughput"], rows)]
 
 
 def _ceilings(out):
