@@ -28,7 +28,8 @@ device a guest would get, without and with a snapshot:
   ``vhd-util create`` fails with EINVAL: see notes()), served by
   ``tap-ctl spawn/allocate/attach`` and
   ``tap-ctl open -a vhd:<file>`` (O_DIRECT, as SMAPIv1's blktap2.py opens
-  a ZFS SR's VDIs: it drops O_DIRECT only on NFS, EXT and SMB SRs).
+  a ZFS SR's VDIs: it asks for no O_DIRECT, ``-D``, only on NFS, EXT and
+  SMB SRs, and for a VHD that reaches only the read-only parents).
 - ``tap-raw-file``: a raw file on ``<pool>/bench-files`` (same
   properties) through ``tap-ctl open -a aio:<file>``: a control. Against
   tap-vhd-file it is the VHD format's cost; against tap-zvol, file against
@@ -49,11 +50,12 @@ starts with all data in the snapshot (first writes after a snapshot, not
 rewrites of blocks an earlier run already unshared or allocated).
 
 Why O_DIRECT everywhere: tapdisk opens its images with O_DIRECT unless told
-not to (``-D``), and fio uses ``--direct=1`` on the devices. What O_DIRECT
-does below tapdisk depends on the ZFS version: OpenZFS 2.1 (what XCP-ng
-8.3 ships) accepts it on files and ignores it (the I/O goes through the
-ARC, and AIO submission on a ZFS file is synchronous); 2.3 has real Direct
-IO on files (``direct=standard``): page-aligned I/O bypasses the ARC and
+not to (``-D``; the vhd driver keeps a writable leaf O_DIRECT even then,
+drivers/block-vhd.c:802-807), and fio uses ``--direct=1`` on the devices.
+What O_DIRECT does below tapdisk depends on the ZFS version: OpenZFS 2.1
+(what XCP-ng 8.3 ships) accepts it on files and ignores it (the I/O goes
+through the ARC, and AIO submission on a ZFS file is synchronous); 2.3
+has real Direct IO on files (``direct=standard``): page-aligned I/O bypasses the ARC and
 reads or writes whole records on disk. On a zvol O_DIRECT only skips the
 page cache: the data always goes through the ARC.
 
@@ -136,7 +138,8 @@ class Tapdisk(object):
     SMAPIv1 (blktap2.py) and zfs-ng's datapath use: spawn, allocate,
     attach, open. ``close()`` undoes what was done, whatever failed.
     ``no_direct``: ``tap-ctl open -D``, as SMAPIv1 opens an EXT SR's VHDs
-    (through the page cache)."""
+    (for a VHD only its read-only parents then go through the page cache:
+    the writable leaf stays O_DIRECT, drivers/block-vhd.c:802-807)."""
 
     def __init__(self, image, no_direct=False):
         self.pid = self.minor = self.dev = None

@@ -18,7 +18,8 @@ caches dropped before each run (diskrig), so the disk bounds again:
    dataset, O_DIRECT), ``tap-raw-file`` (the "apples to apples" control:
    a raw file in the same kind of dataset) on the pool of disk 1, and
    ``tap-vhd-ext4`` (SMAPIv1's local EXT SR: a VHD on ext4, tapdisk
-   without O_DIRECT) on disk 2, a disk with the same limits; and
+   opened with -D as SMAPIv1 does, which leaves the writable leaf
+   O_DIRECT: diskrig.Ext4Vhd) on disk 2, a disk with the same limits; and
    ``tap-zvol-std``, a zfs-ng VDI on an SR made with sync=standard
    instead of zfs-ng's sync=always (every write in the ZIL before it
    completes, here on the same disk): what the launch post's zvol had,

@@ -406,7 +406,11 @@ def _wait_size(dev, timeout=30):
 class Ext4Vhd(object):
     """SMAPIv1's local EXT SR on a block device: ext4 (mkfs defaults),
     a dynamic VHD on it (``vhd-util create``), tapdisk ``vhd:`` opened
-    with ``-D`` (no O_DIRECT, as SMAPIv1 opens an EXT SR's VDIs).
+    with ``-D``, as SMAPIv1 opens an EXT SR's VDIs. In blktap 3.55.5
+    ``-D`` only reaches read-only images: the writable leaf is opened
+    O_DIRECT whatever it says (drivers/block-vhd.c:802-807,
+    vhd/lib/libvhd.c:2743-2744), the parent under a snapshot is read
+    through the page cache.
     ``snapshot()`` is SMAPIv1's VDI.snapshot: an empty leaf on the
     filled parent, tapdisk reopened on it. SMAPIv1 puts LVM under the
     file system; a linear LV adds nothing measurable and is left out."""
