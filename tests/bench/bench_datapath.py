@@ -55,9 +55,9 @@ drivers/block-vhd.c:802-807), and fio uses ``--direct=1`` on the devices.
 What O_DIRECT does below tapdisk depends on the ZFS version: OpenZFS 2.1
 (what XCP-ng 8.3 ships) accepts it on files and ignores it (the I/O goes
 through the ARC, and AIO submission on a ZFS file is synchronous); 2.3
-has real Direct IO on files (``direct=standard``): page-aligned I/O bypasses the ARC and
-reads or writes whole records on disk. On a zvol O_DIRECT only skips the
-page cache: the data always goes through the ARC.
+has real Direct IO on files (``direct=standard``): page-aligned I/O
+bypasses the ARC and reads or writes whole records on disk. On a zvol
+O_DIRECT only skips the page cache: the data always goes through the ARC.
 
 Workloads: 4k random read and write at iodepth 128, 4M sequential read and
 write at iodepth 4; fio's random buffers refilled for every I/O, so lz4
