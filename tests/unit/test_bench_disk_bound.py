@@ -168,6 +168,62 @@ def test_merge_takes_each_part_from_the_run_that_ran_it(tmp_path):
     assert got["merged_from"] == ["launch", "scaling"]   # no host paths
 
 
+def test_merge_carries_the_latency_part_and_its_ratios(tmp_path):
+    import report
+    limits = {"iops": 162, "bps": 925668}
+    a = _part_run(tmp_path / "launch", limits,
+                  launch_runs=[{"backend": "tap-zvol"}])
+    b = _part_run(tmp_path / "latency", limits,
+                  latency=[{"variant": "16k-latency"}],
+                  latency_ratios=[{"volblocksize": "16k"}],
+                  latency_size_mib=32, latency_runtime_s=10)
+    report.merge(str(tmp_path), [a, b])
+    with open(os.path.join(str(tmp_path), "results.json")) as f:
+        got = json.load(f)["disk-bound"]
+    assert got["latency"] == [{"variant": "16k-latency"}]
+    assert got["latency_ratios"] == [{"volblocksize": "16k"}]
+    assert (got["latency_size_mib"], got["latency_runtime_s"]) == (32, 10)
+    assert got["launch_runs"] == [{"backend": "tap-zvol"}]
+
+
+def lat(variant, workload, i, p50, p99, iops=10.0):
+    """A latency part's run: fio's clat percentiles in microseconds."""
+    return {"variant": variant, "workload": workload, "run": i,
+            "p50": p50, "p99": p99, "iops": iops}
+
+
+def test_latency_ratios_pair_throughput_with_latency_run_by_run():
+    w = "syncwrite-4k-qd1"
+    runs = [lat("16k-latency", w, 0, 1000.0, 4000.0),
+            lat("16k-latency", w, 1, 2000.0, 4000.0),
+            lat("16k-throughput", w, 0, 3000.0, 2000.0, iops=5.0),
+            lat("16k-throughput", w, 1, 2000.0, 8000.0, iops=10.0),
+            # another block size and workload never pair across
+            lat("8k-latency", w, 0, 500.0, 500.0),
+            lat("16k-latency", "syncwrite-64k-qd1", 0, 100.0, 100.0)]
+    got = bench_disk_bound.latency_ratios(runs)
+    assert len(got) == 1
+    r = got[0]
+    assert (r["volblocksize"], r["workload"]) == ("16k", w)
+    assert sorted(r["p50"]["runs"]) == [1.0, 3.0]
+    assert sorted(r["p99"]["runs"]) == [0.5, 2.0]
+    assert sorted(r["iops"]["runs"]) == [0.5, 1.0]
+
+
+def test_a_run_keeps_fio_s_completion_latency_in_microseconds():
+    stats = {"runtime": 10000, "total_ios": 300, "io_bytes": 300 * 4096,
+             "clat_ns": {"mean": 2500000.0,
+                         "percentile": {"50.000000": 2000000,
+                                        "99.000000": 9000000,
+                                        "99.900000": 12000000}}}
+    got = diskrig._job(stats)
+    assert got["clat_us"] == {"p50": 2000.0, "p99": 9000.0, "mean": 2500.0}
+    assert got["total_ios"] == 300
+    # a read job of a write run (fio reports both sides) has no clat
+    assert diskrig._job({"runtime": 0, "total_ios": 0,
+                         "io_bytes": 0})["clat_us"] == {}
+
+
 def test_merge_refuses_runs_under_different_limits(tmp_path):
     import report
     a = _part_run(tmp_path / "a", {"iops": 162, "bps": 925668})
