@@ -7,7 +7,7 @@
 #          [--timeout SECONDS] [--results DIR] [--hostid HEX]
 #          [--shared-disk FILE] [--cpus N] [--state DIR] [--throttle I:B]
 #          [--link-listen SOCKET | --link-connect SOCKET]
-#          [--py36 required|optional] [--xen] -- <command...>
+#          [--py36 required|optional] [--xen] [--cut-on NAME] -- <command...>
 #
 # The guest sees the project root read-only at /src (also its cwd), a
 # writable results dir at /results, and N blank virtio disks as
@@ -35,6 +35,11 @@
 # --throttle IOPS:BPS limits each of the N disks on its own to IOPS requests
 # and BPS bytes a second (QEMU's throttling.iops-total and bps-total), as a
 # real disk's limits: the disk-bound benchmark's slow disks.
+# --cut-on NAME: a power cut of the whole machine from outside: once the
+# guest makes the file NAME in its results dir, this script kills QEMU with
+# SIGKILL (no shutdown, no flush; the disks keep what QEMU had written, see
+# the cache mode below), and exits 125. Any NAME left from an earlier run
+# is removed first.
 # --hostid HEX gives the guest that hostid (default: the image's own).
 # --shared-disk FILE attaches an existing raw file, without image locking, as
 # /dev/disk/by-id/virtio-zfsng-shared: two guests given the same file are
@@ -56,7 +61,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../.." && pwd)
 
 zfs=2.1 disks=6 disk_size=1G mem=3072 timeout=2400 results= hostid= shared=
-state= link= throttle= py36_need=required xen= mem_given=
+state= link= throttle= py36_need=required xen= mem_given= cut_on=
 cpus=${ZFSNG_GUEST_CPUS:-2}
 usage() {
     sed -n '2,21s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
@@ -77,6 +82,7 @@ while [ $# -gt 0 ]; do
         --throttle) throttle=${2:?}; shift 2 ;;
         --py36) py36_need=${2:?}; shift 2 ;;
         --xen) xen=1; shift ;;
+        --cut-on) cut_on=${2:?}; shift 2 ;;
         --link-listen) link="path=${2:?},server=on,wait=off"; shift 2 ;;
         --link-connect) link="path=${2:?},reconnect=1"; shift 2 ;;
         --) shift; break ;;
@@ -91,6 +97,8 @@ done
     { echo "run.sh: --throttle wants IOPS:BYTES_PER_SECOND" >&2; exit 2; }
 [ -z "$hostid" ] || [[ "$hostid" =~ ^[0-9a-f]{8}$ ]] ||
     { echo "run.sh: --hostid wants 8 lower-case hex digits" >&2; exit 2; }
+[ -z "$cut_on" ] || [[ "$cut_on" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] ||
+    { echo "run.sh: --cut-on wants a file name (no directory)" >&2; exit 2; }
 [[ "$py36_need" =~ ^(required|optional)$ ]] ||
     { echo "run.sh: --py36 wants required or optional" >&2; exit 2; }
 [ -z "$shared" ] || [ -f "$shared" ] ||
@@ -130,9 +138,10 @@ if [ -n "$xen" ]; then
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-run.XXXXXX")
-qemu_pid=
+qemu_pid= cutter=
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
+    [ -z "$cutter" ] || kill "$cutter" 2>/dev/null || true
     [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
     rm -rf "$tmp"
 }
@@ -143,6 +152,7 @@ if [ -n "$results" ]; then
     mkdir -p "$results"
     results=$(cd "$results" && pwd)
     rm -f "$results/rc" "$results/output.log" "$results/cmd.sh"
+    [ -z "$cut_on" ] || rm -f "$results/$cut_on"
 else
     results="$tmp/results"
     mkdir "$results"
@@ -200,6 +210,10 @@ for ((i = 1; i <= disks; i++)); do
     # With --state too: what the guest wrote is in the host's page cache
     # when qemu ends, so a power cut of the guest loses only what the
     # guest itself had not written yet (as a disk without a write cache).
+    # That holds when qemu is killed (--cut-on) too: a raw image has no
+    # cache inside qemu (no format layer; qemu completes a guest's write
+    # only once its pwrite to the file returned), and the host's page
+    # cache outlives qemu.
     drives+=(-drive "file=$keep/d$i.raw,format=raw,if=none,id=d$i,cache=unsafe$limits"
         -device "virtio-blk-pci,drive=d$i,serial=zfsng-d$i")
 done
@@ -257,13 +271,39 @@ timeout -k 15 "$timeout" qemu-system-x86_64 -accel tcg -smp "$cpus" -m "$mem" \
     -device virtio-rng-pci \
     -virtfs "local,path=$src,mount_tag=src,security_model=none,readonly=on" \
     -virtfs "local,path=$results,mount_tag=results,security_model=none" \
+    -pidfile "$tmp/qemu.pid" \
     </dev/null &
 qemu_pid=$!
+if [ -n "$cut_on" ]; then
+    # The power cut: QEMU itself (its -pidfile, not timeout's pid) killed
+    # with SIGKILL once the guest asks; bounded by timeout's life.
+    (
+        while kill -0 "$qemu_pid" 2>/dev/null; do
+            if [ -e "$results/$cut_on" ] && [ -s "$tmp/qemu.pid" ]; then
+                : >"$tmp/cut"
+                kill -KILL "$(cat "$tmp/qemu.pid")"
+                exit 0
+            fi
+            sleep 0.1
+        done
+    ) &
+    cutter=$!
+fi
 wait "$qemu_pid"
 qrc=$?
 qemu_pid=
+if [ -n "$cutter" ]; then
+    kill "$cutter" 2>/dev/null || true
+    wait "$cutter" 2>/dev/null || true
+    cutter=
+fi
 set -e
 echo "run.sh: guest ran $((SECONDS - start))s" >&2
+
+if [ -e "$tmp/cut" ]; then
+    echo "run.sh: power cut: qemu killed (SIGKILL) when the guest made $cut_on" >&2
+    exit 125
+fi
 
 if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
     echo "run.sh: ERROR: guest timed out after ${timeout}s (see output above)" >&2

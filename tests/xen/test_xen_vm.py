@@ -80,9 +80,10 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def cpio_newc(files):
-    """A cpio (newc) archive of regular files, name -> bytes: appended to
-    the domU's initramfs (the kernel unpacks concatenated archives)."""
+def cpio_newc(files, executable=()):
+    """A cpio (newc) archive of regular files, name -> bytes (the names in
+    executable with mode 755): appended to the domU's initramfs (the
+    kernel unpacks concatenated archives)."""
     out = bytearray()
 
     def entry(name, mode, data, ino):
@@ -93,7 +94,8 @@ def cpio_newc(files):
         out.extend(b"\0" * (-len(out) % 4))
 
     for ino, (name, data) in enumerate(sorted(files.items()), 1):
-        entry(name, 0o100644, data, ino)
+        entry(name, 0o100755 if name in executable else 0o100644, data,
+              ino)
     entry("TRAILER!!!", 0, b"", 0)
     return bytes(out)
 
