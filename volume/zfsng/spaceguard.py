@@ -14,7 +14,7 @@ its worst case: every byte dirtied in a txg not yet synced counts
 dsl_dir_tempreserve_space). The zvol's unused refreservation covers that
 estimate first (dsl_dataset_check_quota's ref_rsrv); what it does not
 cover is asked of the parents, up to the pool's root, which on a full
-pool is over its quota. OpenZFS 2.1.10 and later 2.1 then answer ENOSPC
+pool is over its quota. OpenZFS 2.1.7 and later 2.1 then answer ENOSPC
 (dsl_dir.c dsl_dir_tempreserve_impl, "used_on_disk >= quota"; the
 "quota: extend quota for dataset" backport); 2.2 and 2.3 answer ERESTART
 when the pool's deferred frees exceed the overrun (OpenZFS commit
