@@ -196,16 +196,18 @@ def _least(row):
 def _raise(zvol, whole, row, factor):
     """The refreservation raised past the whole disk by the largest
     window's margin the pool has room for; OutOfSpace if none."""
-    for window in WINDOWS:
-        budget = _budget(row, window)
+    for window in WINDOWS[:-1]:
         try:
-            zfs.set_props(zvol, {"refreservation":
-                                 str(whole + budget.margin(factor))})
-            return budget
+            return _set(zvol, whole, _budget(row, window), factor)
         except errors.OutOfSpace:
-            if window == WINDOWS[-1]:
-                raise
-    raise errors.InternalError("no window")    # never: WINDOWS is not empty
+            pass
+    return _set(zvol, whole, _budget(row, WINDOWS[-1]), factor)
+
+
+def _set(zvol, whole, budget, factor):
+    zfs.set_props(zvol, {"refreservation":
+                         str(whole + budget.margin(factor))})
+    return budget
 
 
 def _mark(zvol):
