@@ -599,7 +599,8 @@ def test_a_mirror_that_fails_leaves_mirror_mode(host, vdi, tmp_path,
         lambda path, export: Upstream(copy.size)))
     monkeypatch.setattr(mirrorjob.Copy, "rounds", lambda self, held: "s1")
     monkeypatch.setattr(mirrorjob.Copy, "switch",
-                        lambda self, held, listener, budget=None: ("s2", Failing()))
+                        lambda self, held, listener, budget=None:
+                        ("s2", Failing()))
     monkeypatch.setattr(mirrorjob.Copy, "catch_up", lambda self, *a: None)
     monkeypatch.setattr(mirror, "save", lambda doc: None)
     short = tempfile.mkdtemp(dir="/tmp")    # a unix socket's path is short
