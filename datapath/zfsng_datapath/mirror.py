@@ -48,7 +48,10 @@ A job killed (SIGKILL, the OOM killer) skips its own cleanup: its VBD
 may stay in mirror mode, where tapdisk answers an ENOSPC on the zvol as
 success (the write lost), and its space guard stays. The next call that
 sees it (Data.stat, Data.mirror's sweep, Datapath.deactivate) does that
-cleanup for it (``finish_dead``) and then records the job failed.
+cleanup for it (``finish_dead``) and then records the job failed. The
+guard goes only once the VBD is out of mirror mode: until then the disk
+keeps the job's mark (``spaceguard.mark_mirroring``), and the collector,
+which may run first (any SR.attach or Volume.destroy), leaves its guard.
 """
 
 import contextlib
@@ -166,6 +169,7 @@ def _finish_dead(job):
                 not leave_mirror_mode(job["key"], job["tapdisk"],
                                       job["minor"]):
             return job
+        spaceguard.mirror_ended(zvol)
         spaceguard.release(zvol)
     why = job.get("error") or "its process ended before the mirror did"
     job = dict(job, phase="failed", error=why, ended=time.time())
@@ -414,4 +418,27 @@ def check_ended(dataset, domain, tapdisk_failed):
         why = _failure_to_report(job)
         if why is not None:
             log.error("mirror %s: %s", job["key"], why)
+            _unguard_closed(dataset, domain)
             raise _failed(job, why)
+    _unguard_closed(dataset, domain)
+
+
+def _unguard_closed(dataset, domain):
+    """The guard of a disk whose mirrored VBD tapdisk has just closed (so
+    out of mirror mode), left by a job that could not see it end (its
+    leave_mirror_mode failed on the closing VBD): put back, unless a live
+    job holds it. Never raises: the collector retries once the mark is
+    gone."""
+    if not spaceguard.mirroring(dataset) or not any(
+            j.get("domain") == domain and j.get("tapdisk") is not None
+            for j in _jobs(lambda j: j.get("dataset") == dataset)):
+        return
+    try:
+        with lock.sr_lock(dataset.rsplit("/", 1)[0]):
+            if lock.being_read(spaceguard.lock_name(dataset)):
+                return
+            spaceguard.mirror_ended(dataset)
+            spaceguard.release(dataset)
+    except errors.StorageError as exc:
+        log.warning("the space guard of %s is left for the collector: %s",
+                    dataset, exc.message)

@@ -90,6 +90,9 @@ def _terminate(signum, frame):
 class Job(object):
     """The job's state file, saved whole at each step."""
 
+    may_mirror = False    # its VBD may be in mirror mode
+    left = False          # its VBD seen out of mirror mode since
+
     def __init__(self, key):
         self.doc = mirror.load(key)
         if self.doc is None:
@@ -141,17 +144,19 @@ def run(job, held):
     if job["tapdisk"] is None:            # a halted VM's disk: one round
         copy.send(None, copy.snapshot(held))
         return
-    _guard(job, held)          # a pool without the room fails the move
-    base = copy.rounds(held)   # now, not after the whole copy
+    budget = _guard(job, held)  # a pool without the room fails the move
+    base = copy.rounds(held)    # now, not after the whole copy
     sock = os.path.join(mirror.DIR, job.key + ".sock")
     listener = relay.listen(sock)
     held.callback(lambda: _unlink(sock))
     held.callback(listener.close)
     try:
-        mirror_writes(job, copy, base, listener, held)
+        mirror_writes(job, copy, base, listener, held, budget)
     except BaseException:
         _leave_mirror_mode(job)
         raise
+    _leave_mirror_mode(job)     # tapdisk closed the secondary: a closed
+                                # VBD's is nothing to do
 
 
 def _guard(job, held):
@@ -159,27 +164,37 @@ def _guard(job, held):
     held until the job ends, released after the VBD left mirror mode.
     Taken before the copy: a pool that cannot guard the disk fails the
     move at once, not after the rounds have copied the whole disk (and
-    the switch's snapshot then needs the same room as a round's)."""
+    the switch's snapshot then needs the same room as a round's).
+    Returns the guard's Budget, which the relay keeps."""
     zvol = job["dataset"]
     held.enter_context(lock.reading(spaceguard.lock_name(zvol)))
     with lock.sr_lock(job["sr"]):
-        spaceguard.hold(zvol)
+        budget = spaceguard.hold(zvol)
     held.callback(lambda: _unguard(job))
+    return budget
 
 
 def _unguard(job):
+    """Put the guard back, unless the VBD may still be in mirror mode
+    (tapdisk would not take it out): then the disk keeps its guard and
+    mark until Datapath.deactivate sees the VBD closed."""
+    if job.may_mirror and not job.left:
+        log.error("mirror %s: the space guard of %s stays while its VBD "
+                  "may still mirror", job.key, job["dataset"])
+        return
     try:
         with lock.sr_lock(job["sr"]):
+            spaceguard.mirror_ended(job["dataset"])
             spaceguard.release(job["dataset"])
     except errors.StorageError as exc:
         log.warning("mirror %s: the space guard of %s is left for the "
                     "collector: %s", job.key, job["dataset"], exc.message)
 
 
-def mirror_writes(job, copy, base, listener, held):
+def mirror_writes(job, copy, base, listener, held, budget=None):
     """Switch, catch up, then forward tapdisk's writes until it closes
-    the secondary."""
-    last, forwarder = copy.switch(held, listener)
+    the secondary (each counted in the guard's budget)."""
+    last, forwarder = copy.switch(held, listener, budget)
     _watch(job, forwarder)
     try:
         copy.catch_up(base, last, forwarder)
@@ -197,13 +212,15 @@ def _leave_mirror_mode(job):
     """A mirror that failed while its VM runs on here: its VBD leaves
     mirror mode (mirror.leave_mirror_mode says why), unless tapdisk
     retired the zvol (_retired): a reopen would serve the guest a stale
-    disk."""
+    disk. Notes whether the VBD is out of mirror mode now."""
     if job.get("zvol_retired"):
         log.error("mirror %s: tapdisk %s minor %s left serving the "
                   "destination alone: its zvol is stale since an ENOSPC",
                   job.key, job["tapdisk"], job["minor"])
         return
-    mirror.leave_mirror_mode(job.key, job["tapdisk"], job["minor"])
+    left = mirror.leave_mirror_mode(job.key, job["tapdisk"], job["minor"])
+    if job.may_mirror:
+        job.left = left
 
 
 def _watch(job, forwarder):
@@ -322,9 +339,10 @@ class Copy(object):
             last = sent
         return base
 
-    def switch(self, held, listener):
+    def switch(self, held, listener, budget=None):
         """Pause, snapshot, unpause with the relay as tapdisk's secondary;
-        returns (the snapshot, the relay forwarding tapdisk's writes)."""
+        returns (the snapshot, the relay forwarding tapdisk's writes,
+        which keeps budget with a ``zpool sync`` of the pool)."""
         pid, minor = self.job["tapdisk"], self.job["minor"]
         snap = self.name(held)
         came = {}
@@ -334,7 +352,10 @@ class Copy(object):
         pools.sync(self.zvol.split("/")[0])   # less for the snapshot to wait
         with lock.sr_lock(self.job["sr"]):    # for inside the pause
             # from here a killed job's VBD may be left in mirror mode,
-            # which the next call then leaves (mirror.finish_dead)
+            # which the next call then leaves (mirror.finish_dead); its
+            # guard stays until then (the mark)
+            spaceguard.mark_mirroring(self.zvol)
+            self.job.may_mirror = True
             row = tapctl.view().vbd(pid, minor)   # the image it serves
             self.job.update(switching=time.time(),
                             image=row.path if row else None)
@@ -353,7 +374,9 @@ class Copy(object):
         log.info("mirror: the guest was paused %.2f s; mirroring", pause)
         if "conn" not in came:
             raise came.get("error") or NbdError("tapdisk did not connect")
-        forwarder = relay.Forwarder(came["conn"], self.client)
+        pool = self.zvol.split("/")[0]
+        forwarder = relay.Forwarder(came["conn"], self.client, budget,
+                                    lambda: pools.sync(pool))
         forwarder.start()
         return snap, forwarder
 

@@ -19,6 +19,15 @@ is on the destination. When the upstream fails, or the destination
 answers a request with an error (passed on to tapdisk), the relay fails
 the mirror and closes tapdisk's connection: tapdisk then drops the
 secondary and marks ``nbd_mirror_failed``; the guest never sees an error.
+
+The space guard's window (zfsng.spaceguard.Budget): every tapdisk write
+is counted at what it can dirty in ZFS, and once a window is full the
+relay has the pool written out (``settle``: ``zpool sync``) before it
+reads tapdisk's next request, so ZFS's estimate of the zvol's writes not
+yet synced stays inside the refreservation the guard raised. tapdisk
+writes the zvol and this secondary at once, so while the relay waits
+its requests in flight (at most its ring) are all it can add; the
+guard's margin counts them.
 """
 
 import os
@@ -28,6 +37,7 @@ import struct
 import threading
 
 from zfsng import blockmap, log
+from zfsng.errors import StorageError
 from zfsng_datapath import nbd
 from zfsng_datapath.errors import NbdError
 
@@ -106,8 +116,9 @@ class Forwarder(object):
     catch-up write still in flight waits for its reply first (an NBD
     server may run requests in flight in any order)."""
 
-    def __init__(self, conn, client):
+    def __init__(self, conn, client, budget=None, settle=None):
         self.conn, self.client = conn, client
+        self.budget, self.settle = budget, settle   # the space guard's
         self.upstream = client.sock
         self.flags = client.flags
         self.lock = threading.Condition()   # the fields below
@@ -199,6 +210,23 @@ class Forwarder(object):
                 return
             if kind == nbd.CMD_WRITE:
                 self.forwarded += length
+                if not self._counted(offset, length):
+                    return
+
+    def _counted(self, offset, length):
+        """Count a tapdisk write in the guard's window; once it is full,
+        the pool written out before the next request is read. False (the
+        mirror failed) if that cannot be done."""
+        if self.budget is None or not self.budget.add(offset, length):
+            return True
+        try:
+            self.settle()
+        except StorageError as exc:
+            self.stop("the pool could not be written out to keep the "
+                      "disk's writes inside their guard: %s" % exc.message)
+            return False
+        self.budget.reset()
+        return True
 
     def _mirroring(self, start, end):
         """Note a tapdisk write while the catch-up runs, and wait until no

@@ -8,9 +8,12 @@ import contextlib
 import errno
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -596,7 +599,8 @@ def test_a_mirror_that_fails_leaves_mirror_mode(host, vdi, tmp_path,
         lambda path, export: Upstream(copy.size)))
     monkeypatch.setattr(mirrorjob.Copy, "rounds", lambda self, held: "s1")
     monkeypatch.setattr(mirrorjob.Copy, "switch",
-                        lambda self, held, listener: ("s2", Failing()))
+                        lambda self, held, listener, budget=None:
+                        ("s2", Failing()))
     monkeypatch.setattr(mirrorjob.Copy, "catch_up", lambda self, *a: None)
     monkeypatch.setattr(mirror, "save", lambda doc: None)
     short = tempfile.mkdtemp(dir="/tmp")    # a unix socket's path is short
@@ -657,6 +661,7 @@ def killed_while_mirroring(host, vol, paused=False):
     [(pid, minor, _, _)] = host.tap.vbds()
     with lock.sr_lock(zvol.split("/")[0]):
         spaceguard.hold(zvol)
+    spaceguard.mark_mirroring(zvol)          # as the job does at its switch
     host.tap(["tap-ctl", "pause", "-p", str(pid), "-m", str(minor)])
     if not paused:
         host.tap(["tap-ctl", "unpause", "-p", str(pid), "-m", str(minor),
@@ -726,6 +731,49 @@ def test_a_killed_jobs_cleanup_waits_while_tapdisk_refuses_it(
     assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
     assert not vbd["ignore_enospc"] and not guarded(host, dataset_of(vol))
     assert mirror.load(job["key"])["phase"] == "failed"
+
+
+@pytest.mark.parametrize("collector", ["sr-attach", "volume-destroy"])
+def test_the_collector_leaves_a_killed_jobs_guard_while_its_vbd_mirrors(
+        host, vdi, spawned, collector):
+    """A killed job's VBD may still be in mirror mode until the next
+    datapath call takes it out: a collector that runs first (SR.attach,
+    a Volume.destroy of another disk) leaves its guard, so a pool filled
+    meanwhile never refuses the zvol a write tapdisk would answer as
+    done; the datapath's cleanup puts it back."""
+    sr, vol = vdi
+    running(vol)
+    zvol = dataset_of(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    if collector == "sr-attach":
+        collect.collect(sr)
+    else:
+        other = create_volume(sr, size=GiB, name="other")
+        call("Volume.destroy", sr=sr, key=other["key"])
+    assert vbd["ignore_enospc"] and guarded(host, zvol)
+    assert int(host.zfs.get(zvol, "refreservation")) > GiB
+    assert dp("Data.stat", operation=["MirrorV1", job["key"]])["failed"]
+    assert not vbd["ignore_enospc"] and not guarded(host, zvol)
+    assert not spaceguard.mirroring(zvol)
+
+
+def test_a_guard_whose_vbd_may_mirror_after_its_job_stays_until_closed(
+        host, vdi, spawned):
+    """The job's own end could not take its VBD out of mirror mode
+    (tap-ctl failed): the guard stays, the collector leaves it, and the
+    VBD's deactivate (tapdisk closes it) puts it back."""
+    sr, vol = vdi
+    running(vol)
+    zvol = dataset_of(vol)
+    job, vbd = killed_while_mirroring(host, vol)
+    job.update(phase="failed", ended=time.time(), error="x")  # it ended
+    mirror.save(job)
+    collect.collect(sr)
+    assert guarded(host, zvol)
+    dp("Datapath.deactivate", uri=uri_of(vol), domain=GUEST)
+    assert vbd["args"] is None and not guarded(host, zvol)
+    assert host.zfs.get(zvol, "refreservation") in (None, 0, "0")
+    assert not spaceguard.mirroring(zvol)
 
 
 def test_a_newer_jobs_mirror_is_left_alone(host, vdi, spawned):
@@ -852,3 +900,79 @@ def test_tap_ctl_stats_images_are_read_as_tapdisk_prints_them(host, vdi):
     host.tap.retire_image(pid, minor)
     assert tapctl.images(pid, minor) == ["/var/run/m.sock"]
     assert tapctl.parse_images("no json") is None
+
+
+# --- the relay keeps the guard's window ---------------------------------------
+
+class Destination(object):
+    """An upstream NBD client whose server answers every request OK."""
+
+    def __init__(self):
+        self.sock, server = socket.socketpair()
+        self.flags = 0
+        self.server = threading.Thread(target=self._serve, args=(server,))
+        self.server.daemon = True
+        self.server.start()
+
+    def drain(self):
+        pass
+
+    def _serve(self, server):
+        try:
+            while True:
+                head = relay._recv(server, 28)
+                _, _, kind, handle, _, length = struct.unpack(">IHHQQI",
+                                                              head)
+                if kind == nbd.CMD_WRITE:
+                    relay._recv(server, length)
+                server.sendall(struct.pack(">IIQ", nbd.SIMPLE_REPLY_MAGIC,
+                                           0, handle))
+        except (NbdError, OSError):
+            server.close()
+
+
+def tapdisk_writes(tapdisk, writes):
+    """tapdisk's side: each write sent, its reply read."""
+    for n, (offset, length) in enumerate(writes):
+        tapdisk.sendall(struct.pack(">IHHQQI", nbd.REQUEST_MAGIC, 0,
+                                    nbd.CMD_WRITE, n, offset, length) +
+                        b"x" * length)
+        assert len(relay._recv(tapdisk, 16)) == 16
+
+
+@pytest.mark.parametrize("settles", [True, False])
+def test_the_relay_writes_the_pool_out_once_a_window_is_dirtied(settles):
+    """tapdisk's writes are counted at what they dirty in ZFS; once the
+    guard's window is full the pool is written out (zpool sync) before
+    the next request is read, so ZFS's estimate of the zvol's unsynced
+    writes stays inside the guard. A sync that fails fails the mirror
+    (tapdisk drops it): never a write past the guard."""
+    budget = spaceguard.Budget(32 << 20, 16 << 10, 1 << 20)
+    synced = []
+
+    def settle():
+        synced.append(budget.data)
+        if not settles:
+            raise errors.StorageError("zpool sync: I/O error")
+    tapdisk, conn = socket.socketpair()
+    forwarder = relay.Forwarder(conn, Destination(), budget, settle)
+    forwarder.caught_up()
+    forwarder.start()
+    writes = [(at, 44 << 10) for at in range(0, 8 << 20, 64 << 10)]
+    if settles:
+        tapdisk_writes(tapdisk, writes)
+        # 48 KiB of blocks a write, the disk's 384 KiB of indirect blocks:
+        # a sync once 14 writes filled the 1 MiB window, then every 14
+        assert synced and all(n >= (1 << 20) - (384 << 10)
+                              for n in synced)
+        assert len(synced) == len(writes) // 14
+        tapdisk.sendall(struct.pack(">IHHQQI", nbd.REQUEST_MAGIC, 0,
+                                    nbd.CMD_DISC, 0, 0, 0))
+        forwarder.wait()
+        return
+    with pytest.raises(NbdError):
+        tapdisk_writes(tapdisk, writes)
+    assert len(synced) == 1
+    with pytest.raises(NbdError) as err:
+        forwarder.wait()
+    assert "guard" in str(err.value)

@@ -24,8 +24,10 @@ What it frees (the kinds are ``meta``'s):
   cut left inside its ``zfs create`` (``meta.is_unfinished_sink``);
 - a Volume.revert a crash cut short (``meta.reverting``): undone or
   finished (``revertsteps.finish``);
-- a mirror's space guard no live mirror job holds (a dom0 crash
-  mid-move): the zvol's refreservation put back (``spaceguard``);
+- a mirror's space guard no live mirror job holds and no VBD may
+  still mirror (a dom0 crash mid-move; a killed job's guard once the
+  datapath took its VBD out of mirror mode): the zvol's refreservation
+  put back (``spaceguard``);
 - what a Volume.create, snapshot or clone that reported failure made
   anyway (a command the runner gave up on finished in the kernel), once
   no command on it runs (``free_abandoned``: ``abandoned`` has the
@@ -55,7 +57,8 @@ def garbage(rows):
     actions = []
     for row in rows:
         if row.get(meta.MIRROR_GUARD) and not lock.being_read(
-                spaceguard.lock_name(row["name"])):
+                spaceguard.lock_name(row["name"])) and \
+                not spaceguard.mirroring(row["name"]):
             actions.append(("unguard", row["name"]))
         if meta.reverting(row):
             actions.append(("revert", row["name"]))
