@@ -233,7 +233,8 @@ def _activate(uri, domain, readonly):
         if target.snapshot is None:     # a disk attached before its mirror
             with lock.sr_lock(target.sr):
                 mirrorin.check_whole(target, st)
-                _new_content_id(target)
+                if not readonly:
+                    _new_content_id(target)
         zvoldev.wait(st["device"])
         path = zvoldev.link(st["device"])
         if not urimod.is_dom0(domain):
