@@ -14,7 +14,7 @@ from zfsng import contentid, meta, zvoldev
 
 from conftest import call
 from test_datapath import (GUEST, DOM0, create_sr, create_volume,  # noqa
-                           dp, host, uri_of, vdi)
+                           dp, host, uri_of)
 
 GiB = 1 << 30
 
