@@ -20,8 +20,8 @@ and that key would match unrelated disks. Hence the rules here:
   clone of a snapshot, or of a live VDI nobody holds open, has the same
   data and keeps its source's (xapi clones the nearest VDI and needs the
   clone's id to find the base: without it sparse_dd would copy with no
-  base onto the clone's data, and leave the blocks it skips as zeros
-  stale);
+  base onto the clone's data, and, prezeroed, leave the clone's blocks
+  where the source holds zeros);
 - Volume.set of "", of a VDI's key, or of an id another VDI reports
   stores a fresh one instead (``settled``), but for the two claims xapi
   makes that are true: the id the VDI already reports (288, and 285 after
