@@ -69,7 +69,11 @@ def test_point_in_time_data_of_snapshots_and_clones(plugin, sr):
     assert read_hash(device(sr, vdi["key"])) == second
     assert of_live["read_write"] and of_snap["read_write"]
     keys = plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"]
-    assert keys == {"vdi-type": "user", "tags-gold": "gold"}
+    assert keys == {"vdi-type": "user", "tags-gold": "gold",
+                    "content_id": vdi["keys"]["content_id"]}
+    # a clone holds its source's data: it keeps its id (xapi's base)
+    assert of_snap["keys"]["content_id"] == "c1"
+    assert of_live["keys"]["content_id"] == vdi["keys"]["content_id"]
     # the internal snapshot of the live clone is not a VDI
     listed = set(v["key"] for v in plugin("SR.ls", sr=sr))
     assert listed == {vdi["key"], snap["key"], of_snap["key"],
@@ -184,7 +188,7 @@ def test_keys_round_trip_and_survive_export_import(plugin, sr):
     sh("zpool", "export", "vdis")
     sh("zpool", "import", "-o", "cachefile=none", guid)
     stat = plugin("Volume.stat", sr=sr, key=vdi["key"])
-    assert stat["keys"] == want
+    assert stat["keys"] == dict(want, content_id=vdi["keys"]["content_id"])
     assert (stat["name"], stat["description"]) == ("n\u00e4me", "d\u00e9sc")
 
 
