@@ -88,10 +88,13 @@ def _terminate(signum, frame):
 
 
 class Job(object):
-    """The job's state file, saved whole at each step."""
+    """The job's state file, saved whole at each step, one step at a time
+    (the watchdog's thread records too, and the file's writes share one
+    temporary name)."""
 
     may_mirror = False    # its VBD may be in mirror mode
     left = False          # its VBD seen out of mirror mode since
+    _saving = threading.Lock()
 
     def __init__(self, key):
         self.doc = mirror.load(key)
@@ -100,8 +103,9 @@ class Job(object):
         self.key = key
 
     def update(self, **fields):
-        self.doc.update(fields)
-        mirror.save(self.doc)
+        with self._saving:
+            self.doc.update(fields)
+            mirror.save(self.doc)
 
     def __getitem__(self, name):
         return self.doc[name]

@@ -978,3 +978,28 @@ def test_the_relay_writes_the_pool_out_once_a_window_is_dirtied(settles):
     with pytest.raises(NbdError) as err:
         forwarder.wait()
     assert "guard" in str(err.value)
+
+
+def test_the_jobs_records_from_two_threads_never_interleave(monkeypatch):
+    """The watchdog's thread records (a retired zvol) while the job's
+    own thread does: each save whole, one after the other (the file's
+    writes share one temporary name)."""
+    inside, overlaps = [], []
+
+    def save(doc):
+        if inside:
+            overlaps.append(dict(doc))
+        inside.append(1)
+        time.sleep(0.01)
+        inside.pop()
+    monkeypatch.setattr(mirror, "save", save)
+    job = mirrorjob.Job.__new__(mirrorjob.Job)
+    job.doc = {}
+    threads = [threading.Thread(target=lambda: [job.update(step=n)
+                                                for n in range(5)])
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not overlaps
