@@ -235,8 +235,7 @@ def _watch(job, forwarder):
         while not forwarder.ended(WATCH):
             pid, minor = job["tapdisk"], job["minor"]
             try:
-                dropped = tapctl.mirror_failed(pid, minor)
-                chain = tapctl.images(pid, minor)
+                dropped, chain = tapctl.mirror_state(pid, minor)
             except errors.StorageError:
                 continue          # the VBD closing: the relay sees it end
             if dropped:

@@ -271,6 +271,13 @@ def mirror_failed(pid, minor):
                                      "-m", str(minor)]))
 
 
+def mirror_state(pid, minor):
+    """(mirror_failed, images) from one ``tap-ctl stats``: what the
+    mirror job's watchdog asks every few seconds."""
+    text = _run(["stats", "-p", str(pid), "-m", str(minor)])
+    return parse_mirror_failed(text), parse_images(text)
+
+
 def images(pid, minor):
     """The paths of the images tapdisk serves the VBD from, first first
     (``images`` in ``tap-ctl stats``: the live chain, tapdisk_vbd_stats);
