@@ -40,7 +40,7 @@ ZFS           ?= 2.3
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
         test-multihost-2.1 test-multihost-2.3 test-guests test-guests-all \
-        test-twohosts test-twohosts-cut test-xen test-xen-powercut \
+        test-twohosts test-twohosts-cut test-twohosts-cut-source test-xen test-xen-powercut \
         test-migration \
         faults faults-quick faults-2.1 faults-2.3 faults-report
 
@@ -194,7 +194,7 @@ test-migration:
 	bash $(GUEST) --zfs $(ZFS) --timeout 2400 -- \
 	    make guest-tests ZFSNG_GUEST_SPLIT=none \
 	    PYTEST_ARGS="-k migrate"
-	$(MAKE) test-twohosts test-twohosts-cut
+	$(MAKE) test-twohosts test-twohosts-cut test-twohosts-cut-source
 
 # A real Xen PV VM whose disk is a zfs-ng VDI (tests/xen): the guest booted
 # as a Xen 4.17 host (run.sh --xen), blkfront in a domU, tapback and
@@ -222,6 +222,11 @@ test-twohosts:
 # the move fails, the VM runs on on host A with every write.
 test-twohosts-cut:
 	bash tests/guest/twohosts.sh --zfs $(ZFS) --cut
+
+# The same move with host A's power cut mid-mirror: host B, its link
+# silent, ends and destroys the leaf as xapi's receive_cancel2 does.
+test-twohosts-cut-source:
+	bash tests/guest/twohosts.sh --zfs $(ZFS) --cut-source
 
 # Both suites at once, a one-CPU guest each: the suites are sequential
 # plugin calls, so on a two-core host two one-CPU guests side by side take

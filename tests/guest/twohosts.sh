@@ -11,7 +11,13 @@
 # gets "cut"): A must see the move fail while its VM runs on, every write
 # kept (twohost_guest.py source-cut).
 #
-#   twohosts.sh [--zfs 2.1|2.3] [--cut]
+# With --cut-source, host A's power is cut instead, once its move has
+# reached complete and the VM writes through the mirror (A's results dir
+# gets "cut"): host B, its link silent and never closed, must end and
+# destroy the leaf as xapi's receive_cancel2 does, leaving nothing
+# (twohost_guest.py destination-orphaned).
+#
+#   twohosts.sh [--zfs 2.1|2.3] [--cut | --cut-source]
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,12 +25,14 @@ zfs=2.3 cut=
 while [ $# -gt 0 ]; do
     case $1 in
         --zfs) zfs=${2:?}; shift 2 ;;
-        --cut) cut=1; shift ;;
+        --cut) cut=b; shift ;;
+        --cut-source) cut=a; shift ;;
         *) echo "twohosts.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-role_a=source
-[ -z "$cut" ] || role_a=source-cut
+role_a=source role_b=destination
+[ "$cut" != b ] || role_a=source-cut
+[ "$cut" != a ] || { role_a=source-lost; role_b=destination-orphaned; }
 bound=2400      # s, each guest and the relay
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/zfsng-twohosts.XXXXXX")
@@ -43,7 +51,7 @@ guest() {   # guest <results dir> <link option> <role>
 }
 
 echo "twohosts: host B (destination) and host A (source), OpenZFS $zfs" >&2
-guest "$tmp/b" --link-listen destination >"$tmp/b.log" 2>&1 &
+guest "$tmp/b" --link-listen "$role_b" >"$tmp/b.log" 2>&1 &
 pids+=($!)
 for ((i = 0; i < 60; i++)); do [ -S "$tmp/link.sock" ] && break; sleep 1; done
 guest "$tmp/a" --link-connect "$role_a" >"$tmp/a.log" 2>&1 &
@@ -57,20 +65,22 @@ for ((i = 0; i < bound; i += 2)); do
     relay "$tmp/b/ready.json" "$tmp/a/remote.json"
     relay "$tmp/a/finalize" "$tmp/b/finalize"
     relay "$tmp/b/result.json" "$tmp/a/result.json"
-    if [ -n "$cut" ] && [ -e "$tmp/a/cut" ] && [ ! -e "$tmp/b/cut" ]; then
+    if [ -n "$cut" ] && [ -e "$tmp/a/cut" ] && [ ! -e "$tmp/cut-done" ]; then
         # the power cut: QEMU itself (and its timeout) killed at once
-        pkill -KILL -f "path=$tmp/b,mount_tag=results" || true
-        touch "$tmp/b/cut"
-        echo "twohosts: host B's power cut at $(date +%T)" >&2
+        pkill -KILL -f "path=$tmp/$cut,mount_tag=results" || true
+        touch "$tmp/cut-done"
+        [ "$cut" != a ] || touch "$tmp/b/source-cut"
+        echo "twohosts: host ${cut^^}'s power cut at $(date +%T)" >&2
     fi
     b_up=1 a_up=1
     kill -0 "${pids[0]}" 2>/dev/null || b_up=0
     kill -0 "${pids[1]}" 2>/dev/null || a_up=0
     [ "$a_up$b_up" != 00 ] || break
     # one host gone: the other must not wait its whole bound for it
-    [ "$a_up" = 1 ] || [ -e "$tmp/b/finalize" ] || touch "$tmp/b/finalize"
+    [ "$a_up" = 1 ] || [ -e "$tmp/b/finalize" ] || [ "$cut" = a ] ||
+        touch "$tmp/b/finalize"
     [ "$b_up" = 1 ] || [ -e "$tmp/b/result.json" ] || [ "$a_up" = 0 ] ||
-        [ -n "$cut" ] || kill "${pids[1]}" 2>/dev/null || true
+        [ "$cut" = b ] || kill "${pids[1]}" 2>/dev/null || true
     sleep 2
 done
 brc=0 arc=0
@@ -86,9 +96,10 @@ for h in b a; do
     fi
 done
 echo "twohosts: host A (source) exit $arc, host B (destination) exit $brc" >&2
-if [ -n "$cut" ]; then      # B was killed: its exit says nothing
-    [ -e "$tmp/b/cut" ] || { echo "twohosts: host B was never cut" >&2; exit 1; }
-    [ "$arc" -eq 0 ]
+if [ -n "$cut" ]; then      # the host cut: its exit says nothing
+    [ -e "$tmp/cut-done" ] ||
+        { echo "twohosts: host ${cut^^} was never cut" >&2; exit 1; }
+    if [ "$cut" = b ]; then [ "$arc" -eq 0 ]; else [ "$brc" -eq 0 ]; fi
 else
     [ "$arc" -eq 0 ] && [ "$brc" -eq 0 ]
 fi

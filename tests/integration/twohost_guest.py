@@ -21,7 +21,18 @@ that stands for the network xapi's NBD connection crosses.
                                 checks that the move fails while the VM
                                 runs on here, every write it was told
                                 was done on its disk
-  (host B's role is destination in both scenarios)
+  twohost_guest.py source-lost  host A as source, until the mirror is
+                                complete; then it asks the host to cut
+                                its own power (its QEMU killed) while the
+                                VM writes through the mirror
+  twohost_guest.py destination-orphaned
+                                host B with its source lost mid-mirror:
+                                the link goes silent, never closed, and
+                                xapi's receive_cancel2 (Storage_migrate's
+                                killall at B's next toolstack start) must
+                                still end the leaf's datapath and destroy
+                                it, leaving nothing
+  (host B's role is destination with source and source-cut)
 
 The hand-over goes through /results, relayed by the host: B's ready.json
 becomes A's remote.json, A's finalize B's, B's result.json A's.
@@ -41,12 +52,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
 
 from conftest import DATAPATH_PLUGIN, ROOT, wipe  # noqa: E402
-from datapath_util import dataset  # noqa: E402
+from datapath_util import dataset, zfs_names  # noqa: E402
 from multihost_guest import RESULTS, put  # noqa: E402
 from plugin_client import Plugin, PluginError  # noqa: E402
 from test_migrate_out import GUEST, ZfsNgDestination, differing, \
     job_gone, migrate_live, recorded_vm, send_start, \
     wait_complete  # noqa: E402
+from test_migrate_into import MIRROR_VM  # noqa: E402
 from test_sr_lifecycle import attach  # noqa: E402
 from test_tapdisk import nothing_left  # noqa: E402
 
@@ -173,6 +185,24 @@ def source_cut(plugin, dp):
           flush=True)
 
 
+def source_lost(plugin, dp):
+    """Host A's own power cut while tapdisk mirrors the VM's writes to
+    host B (after complete: the link busy with the guest's writes, a
+    request possibly half sent). Nothing here survives: the host kills
+    this guest's QEMU once asked; the source's side of a power cut is
+    test_migrate_out.py's test_a_host_power_cut_mid_move_leaves_the_
+    source_whole."""
+    sr = new_sr(plugin, "srcsr")
+    link = Link(wait_for("remote.json")["export"])
+    src, vm, tapdev, guest = recorded_vm(dp, plugin, sr)
+    dom0, proxy, op = send_start(vm, link)
+    wait_complete(dp, op[1])
+    time.sleep(2)                         # writes cross the link
+    put("cut", {})                        # the host pulls this plug
+    time.sleep(WAIT)
+    raise AssertionError("host A was never cut")
+
+
 def mirror_failure(dp, key):
     """xapi's Data.stat until the move fails: (seconds, how). After
     complete the plugin answers MirrorFailed once, then failed."""
@@ -190,7 +220,9 @@ def mirror_failure(dp, key):
                          % LOST)
 
 
-def destination(plugin, dp):
+def receiving(plugin, dp):
+    """receive_start3 on a new SR, then the link carried to the leaf's
+    tapdisk once host A's proxy is connected: (sr, leaf, the socket)."""
     sr = new_sr(plugin, "destsr")
     leaf = ZfsNgDestination(dp, plugin, sr)     # receive_start3
     port = os.open(PORT, os.O_RDWR)
@@ -200,6 +232,11 @@ def destination(plugin, dp):
     tapdisk = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tapdisk.connect(leaf.socket)
     carry(port, tapdisk)
+    return sr, leaf, tapdisk
+
+
+def destination(plugin, dp):
+    sr, leaf, tapdisk = receiving(plugin, dp)
     wait_for("finalize")             # the VM has moved: the mirror is over
     tapdisk.close()
     put("result.json", {"hash": leaf.finalize()})   # receive_finalize3
@@ -207,12 +244,45 @@ def destination(plugin, dp):
     plugin("SR.detach", sr=sr)
 
 
+def destination_orphaned(plugin, dp):
+    """Host B once host A's power is cut mid-mirror. No FIN comes over a
+    cut link, so xapi's end of the NBD connection (its proxy to the
+    leaf's tapdisk) stays open and silent, as here. Nothing on B stops
+    the receive by itself: its record stays in Storage_migrate's state
+    until xapi's killall at the next toolstack start calls receive_
+    cancel2 (storage_migrate.ml killall; storage_smapiv3_migrate.ml
+    receive_cancel2: DP.destroy of the leaf's datapath, then VDI.destroy,
+    each logged and ignored). Both must work with the connection still
+    open, and leave nothing: no tapdisk, no minor, no state, no leaf."""
+    sr, leaf, tapdisk = receiving(plugin, dp)
+    wait_for("source-cut")
+    time.sleep(5)                 # what was in flight has landed
+    took = []
+    for method in ("Datapath.deactivate", "Datapath.detach"):  # DP.destroy
+        started = time.monotonic()
+        leaf.xapi(method, domain=MIRROR_VM)
+        took.append(time.monotonic() - started)
+    started = time.monotonic()
+    plugin("Volume.destroy", sr=sr, key=leaf.leaf["key"])       # VDI.destroy
+    took.append(time.monotonic() - started)
+    nothing_left(sr)
+    gone = dataset(leaf.leaf)
+    assert not [n for n in zfs_names(sr) if n.startswith(gone)], \
+        zfs_names(sr)
+    tapdisk.close()
+    plugin("SR.detach", sr=sr)
+    print("twohost destination-orphaned: receive_cancel2 with the link "
+          "silent: deactivate %.1f s, detach %.1f s, destroy %.1f s"
+          % tuple(took), flush=True)
+
+
 def main(role):
     env = {"ZFSNG_RUN_DIR": "/tmp/zfsng-run"}
     plugin = Plugin(ROOT, env=env)
     dp = Plugin(ROOT, plugin_dir=DATAPATH_PLUGIN, env=env)
     {"source": source, "source-cut": source_cut,
-     "destination": destination}[role](plugin, dp)
+     "source-lost": source_lost, "destination": destination,
+     "destination-orphaned": destination_orphaned}[role](plugin, dp)
     print("twohost %s: ok" % role, flush=True)
 
 
