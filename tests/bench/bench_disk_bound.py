@@ -44,6 +44,16 @@ caches dropped before each run (diskrig), so the disk bounds again:
    p99 of fio's completion latency, interleaved and paired per run
    (latency()).
 
+6. **redundant**: 8K blocks with and without
+   ``redundant_metadata=most`` against the 16K default (and 16K with
+   it), the launch part's four workloads, the ARC's cap raised for the
+   part (diskrig.ARC_SMALL_BLOCKS: why, there) (redundant()).
+7. **slog**: a log device, throttled like the pool's disks: a pool on
+   disk 2 with disk 3 added as its log against the one-disk pool,
+   logbias latency and throughput on each, 16K blocks, sync=always;
+   disk bytes per byte on the data disk and on the log device, and the
+   throughput and sync-write latency (slog()).
+
 Every run records the disk's requests and bytes a second (per disk) next
 to the limits: ``disk_util`` near 1 is the evidence the disk bound it.
 """
@@ -87,6 +97,33 @@ LATENCY_VARIANTS = [
 LATENCY_WORKLOADS = [("syncwrite-4k-qd1", "randwrite", "4k", 1),
                      ("syncwrite-64k-qd1", "randwrite", "64k", 1)]
 EXT4_MNT = "/var/tmp/zfsng-bench/ext4"
+# The redundant part's VDIs: name, SR device-config, ZFS properties set
+# on the SR's dataset (its zvols inherit them).
+REDUNDANT_VARIANTS = [
+    ("16k", {}, {}),
+    ("16k-most", {}, {"redundant_metadata": "most"}),
+    ("8k", {"volblocksize": "8K"}, {}),
+    ("8k-most", {"volblocksize": "8K"}, {"redundant_metadata": "most"}),
+]
+# (numerator, denominator) of the redundant part's paired ratios
+REDUNDANT_PAIRS = [("8k", "16k"), ("8k-most", "16k"), ("16k-most", "16k"),
+                   ("8k-most", "8k")]
+# The slog part's VDIs: name, on the pool with a log device or not, the
+# SR's device-config (16K blocks and sync=always: zfs-ng's defaults).
+SLOG_VARIANTS = [
+    ("nolog-latency", False, {"logbias": "latency"}),
+    ("nolog-throughput", False, {"logbias": "throughput"}),
+    ("log-latency", True, {"logbias": "latency"}),
+    ("log-throughput", True, {"logbias": "throughput"}),
+]
+SLOG_PAIRS = [("log-latency", "nolog-latency"),
+              ("log-throughput", "nolog-latency"),
+              ("nolog-throughput", "nolog-latency"),
+              ("log-throughput", "log-latency")]
+SLOG_WORKLOADS = [("randwrite-4k", "randwrite", "4k", 128),
+                  ("seqwrite-4M", "write", "4M", 4),
+                  ("syncwrite-4k-qd1", "randwrite", "4k", 1)]
+SLOG_POOL = "slog"
 
 
 def plan(ctx):
@@ -99,13 +136,22 @@ def plan(ctx):
                 "ceiling_seq_bytes": 16 * diskrig.MIB,
                 "runs": ctx.runs, "layout_runs": ctx.runs,
                 "latency_size_bytes": 8 * diskrig.MIB,
-                "latency_runtime_s": 3}
+                "latency_runtime_s": 3,
+                "defaults_size_bytes": 16 * diskrig.MIB,
+                "slog_size_bytes": 16 * diskrig.MIB,
+                "defaults_seq_bytes": 4 * diskrig.MIB}
     return {"size_bytes": 2 * diskrig.ARC_MAX, "runtime_s": 10,
             "seq_bytes": 16 * diskrig.MIB, "ceiling_runtime_s": 4,
             "ceiling_seq_bytes": 64 * diskrig.MIB,
             "runs": ctx.runs, "layout_runs": max(1, ctx.runs - 1),
             "latency_size_bytes": 32 * diskrig.MIB,
-            "latency_runtime_s": 10}
+            "latency_runtime_s": 10,
+            # redundant and slog: four VDIs each, filled on the slow
+            # disk, within about 15 minutes a version at 2 runs (the
+            # slog part reads nothing: half the size)
+            "defaults_size_bytes": 48 * diskrig.MIB,
+            "slog_size_bytes": 32 * diskrig.MIB,
+            "defaults_seq_bytes": 8 * diskrig.MIB}
 
 
 class Launch(object):
@@ -206,6 +252,9 @@ def run(ctx):
            "layout_runs": plan_["layout_runs"],
            "latency_size_mib": plan_["latency_size_bytes"] // diskrig.MIB,
            "latency_runtime_s": plan_["latency_runtime_s"],
+           "defaults_size_mib": plan_["defaults_size_bytes"] // diskrig.MIB,
+           "slog_size_mib": plan_["slog_size_bytes"] // diskrig.MIB,
+           "defaults_seq_mib": plan_["defaults_seq_bytes"] // diskrig.MIB,
            "launch": LAUNCH, "targets": TARGETS}
     out["failed_parts"] = []
     for name, part in PARTS:
@@ -217,11 +266,17 @@ def run(ctx):
         except Exception:   # keep the other parts' figures
             traceback.print_exc()
             out["failed_parts"].append(name)
-    for name in ("launch_runs", "scaling", "layouts", "latency"):
+    for name in ("launch_runs", "scaling", "layouts", "latency",
+                 "redundant", "slog"):
         for m in out[name]:
             m["disk_util"] = max(m["disk_iops"] / iops, m["disk_bps"] / bps)
+            for p in m.get("per_disk", []):
+                p["util"] = max(p["iops"] / iops, p["bps"] / bps)
     out["ratios"] = ratios(out["launch_runs"])
     out["latency_ratios"] = latency_ratios(out["latency"])
+    out["redundant_ratios"] = pair_ratios(out["redundant"],
+                                          REDUNDANT_PAIRS)
+    out["slog_ratios"] = pair_ratios(out["slog"], SLOG_PAIRS)
     out["snapshot_penalty"] = snapshot_penalty(out["launch_runs"])
     return out
 
@@ -455,16 +510,173 @@ def latency(ctx, plan_):
 
 
 def _zvol_props(dataset):
-    """The zvol's volblocksize, logbias and sync as ZFS reads them back:
-    the evidence the SR options reached it."""
+    """The zvol's volblocksize, logbias, sync and redundant_metadata as
+    ZFS reads them back: the evidence the SR options reached it."""
     out = common.run(["zfs", "get", "-Hp", "-o", "property,value",
-                      "volblocksize,logbias,sync", dataset])
+                      "volblocksize,logbias,sync,redundant_metadata",
+                      dataset])
     return dict(line.split("\t") for line in out.strip().splitlines())
+
+
+def rotated(names, i):
+    """The i-th run's order: names turned by i, so that none always
+    follows another (what one leaves on the disk, the prefetch's reads
+    or the ZIL's, falls on each in turn)."""
+    k = i % len(names) if names else 0
+    return names[k:] + names[:k]
+
+
+def _variant_runs(targets, names, props, size, workloads, runtime_s, runs,
+                  seq_bytes, part):
+    """Every workload, ``runs`` times, on each target in rotated order;
+    each run labelled with its variant, run and the zvol's properties."""
+    out = []
+    for workload in workloads:
+        for i in range(runs):
+            for name in rotated(names, i):
+                m = diskrig.measure([targets[name]], size, workload,
+                                    runtime_s, k=i, seq_bytes=seq_bytes)
+                m.update(m.pop("clat_us")[0])
+                out.append(_record(m, variant=name, run=i,
+                                   workload=workload[0], **props[name]))
+        common.log("disk-bound: %s %s done", part, workload[0])
+    return out
+
+
+def redundant(ctx, plan_):
+    """8K blocks with and without redundant_metadata=most against the
+    16K default (REDUNDANT_VARIANTS: one SR each on the one-disk pool,
+    one VDI each, attached as a guest's disk), the launch part's four
+    workloads, order rotating, with the ARC's cap raised to
+    diskrig.ARC_SMALL_BLOCKS for the part (and put back after).
+
+    redundant_metadata=all (the default) writes two copies of every
+    indirect block; most keeps one of the lowest indirect level (and of
+    dedup, no other metadata), which a random write rewrites every
+    transaction group: the fewer bytes per write it saves is what this
+    part weighs, with what 8K blocks save on reads."""
+    size = plan_["defaults_size_bytes"]
+    names = [n for n, _, _ in REDUNDANT_VARIANTS]
+    vdis, runs = {}, []
+    with diskrig.arc_cap(diskrig.ARC_SMALL_BLOCKS) as cap:
+        try:
+            for name, options, zprops in REDUNDANT_VARIANTS:
+                sr = ctx.new_sr("bench-red-" + name, **options)
+                for prop in sorted(zprops.items()):
+                    common.run(["zfs", "set", "%s=%s" % prop, sr])
+                vdis[name] = (sr, diskrig.DatapathDisk(ctx, sr, size,
+                                                       "red-" + name))
+            targets = dict(
+                (name, Target(vdi.dev, diskrig.zpool_syncer(ctx.pool),
+                              [diskrig.disk(1)],
+                              dataset=common.volume_dataset(vdi.vol)))
+                for name, (sr, vdi) in vdis.items())
+            props = dict((n, _zvol_props(targets[n].dataset))
+                         for n in names)
+            for n in names:
+                props[n]["zfs_arc_max"] = cap.value
+            diskrig.fill([targets[n] for n in names], size)
+            runs = _variant_runs(targets, names, props, size,
+                                 diskrig.WORKLOADS, plan_["runtime_s"],
+                                 plan_["runs"], plan_["defaults_seq_bytes"],
+                                 "redundant")
+        finally:
+            for sr, vdi in vdis.values():
+                vdi.close()
+                _destroy_volume(ctx, sr, vdi.vol)
+    return runs
+
+
+class LogPool(object):
+    """A second one-disk pool (disk 2, made as the bench pool is), with
+    disk 3 added as its log device (``zpool add POOL log DEV``, as an
+    admin adds one), as ``with`` block; ``new_sr(name, **options)`` puts
+    zfs-ng SRs on it. On the way out the SRs are detached, the pool
+    destroyed and both disks wiped, whatever failed."""
+
+    def __init__(self, ctx, pool=SLOG_POOL, data=2, log=3):
+        self.ctx, self.pool = ctx, pool
+        self.data, self.log = diskrig.disk(data), diskrig.disk(log)
+        self.srs = []
+
+    def __enter__(self):
+        diskrig.settle()
+        common.run(["zpool", "create", "-o", "cachefile=none",
+                    "-o", "ashift=12", "-m", "none", self.pool, self.data])
+        try:
+            common.run(["zpool", "add", self.pool, "log", self.log])
+        except Exception:
+            self.__exit__()
+            raise
+        return self
+
+    def new_sr(self, name, **options):
+        config = self.ctx.plugin(
+            "SR.create", uuid=common.new_uuid(), name=name,
+            description="zfs-ng benchmark",
+            configuration=dict(options, zpool=self.pool))
+        sr = self.ctx.plugin("SR.attach", configuration=config)
+        self.srs.append(sr)
+        return sr
+
+    def __exit__(self, *exc):
+        for sr in self.srs:
+            try:
+                self.ctx.plugin("SR.detach", sr=sr)
+            except Exception as err:   # noqa: BLE001 -- cleanup goes on
+                common.log("disk-bound cleanup: SR.detach: %s", err)
+        diskrig.quiet(["zpool", "destroy", "-f", self.pool])
+        for d in (self.data, self.log):
+            diskrig.quiet(["wipefs", "-a", d])
+        return False
+
+
+def slog(ctx, plan_):
+    """A log device (SLOG_VARIANTS): zfs-ng SRs with logbias latency and
+    throughput on the one-disk pool (disk 1) and on a pool of disk 2
+    with disk 3 as its log, every disk under the same limits; 16K
+    blocks, sync=always. Random and sequential writes (the launch
+    part's) and sync writes one at a time: what a log device changes
+    for each is where the ZIL's copies go. Reads never touch the log,
+    so none are run. Each run records each disk's bytes per byte
+    (diskrig.per_disk): data disk against log device."""
+    size = plan_["slog_size_bytes"]
+    names = [n for n, _, _ in SLOG_VARIANTS]
+    vdis, runs = {}, []
+    with LogPool(ctx) as lp:
+        try:
+            for name, with_log, options in SLOG_VARIANTS:
+                sr = (lp.new_sr if with_log else ctx.new_sr)(
+                    "bench-slog-" + name, **options)
+                vdis[name] = (sr, diskrig.DatapathDisk(ctx, sr, size,
+                                                       "slog-" + name))
+            targets = {}
+            for name, with_log, _ in SLOG_VARIANTS:
+                vdi = vdis[name][1]
+                pool, disks = ((lp.pool, [lp.data, lp.log]) if with_log
+                               else (ctx.pool, [diskrig.disk(1)]))
+                targets[name] = Target(
+                    vdi.dev, diskrig.zpool_syncer(pool), disks,
+                    dataset=common.volume_dataset(vdi.vol))
+            props = dict((n, _zvol_props(targets[n].dataset))
+                         for n in names)
+            for name, with_log, _ in SLOG_VARIANTS:
+                props[name]["log_device"] = with_log
+            diskrig.fill([targets[n] for n in names], size)
+            runs = _variant_runs(targets, names, props, size,
+                                 SLOG_WORKLOADS, plan_["runtime_s"],
+                                 plan_["runs"], plan_["defaults_seq_bytes"],
+                                 "slog")
+        finally:
+            for sr, vdi in vdis.values():
+                vdi.close()
+                _destroy_volume(ctx, sr, vdi.vol)
+    return runs
 
 
 PARTS = [("launch_runs", launch), ("scaling", scaling),
          ("layouts", layouts), ("cbt_list", cbt_list),
-         ("latency", latency)]
+         ("latency", latency), ("slog", slog), ("redundant", redundant)]
 
 
 def _destroy_volume(ctx, sr, vol):
@@ -519,6 +731,39 @@ def latency_ratios(runs):
                 out.append(dict(
                     [("volblocksize", size), ("workload", workload),
                      ("of", ["throughput", "latency"])] +
+                    [(k, common.summary(v)) for k, v in values.items()
+                     if v]))
+    return out
+
+
+PAIR_KEYS = ("iops", "disk_read_per_byte", "disk_written_per_byte",
+             "p50", "p99")
+
+
+def pair_ratios(runs, pairs):
+    """Per (numerator, denominator, workload): run i of one variant over
+    run i of the other, for IOPS, disk bytes read and written per byte,
+    and the p50 and p99 completion latencies; summarised. A key either
+    run lacks or has at zero is left out."""
+    by = dict(((m["variant"], m["workload"], m["run"]), m) for m in runs)
+    workloads = []
+    for m in runs:
+        if m["workload"] not in workloads:
+            workloads.append(m["workload"])
+    out = []
+    for num, den in pairs:
+        for workload in workloads:
+            values = dict((k, []) for k in PAIR_KEYS)
+            for (v, w, i), m in sorted(by.items()):
+                other = by.get((den, w, i))
+                if (v, w) != (num, workload) or not other:
+                    continue
+                for k in PAIR_KEYS:
+                    if other.get(k) and m.get(k) is not None:
+                        values[k].append(m[k] / other[k])
+            if values["iops"]:
+                out.append(dict(
+                    [("of", [num, den]), ("workload", workload)] +
                     [(k, common.summary(v)) for k, v in values.items()
                      if v]))
     return out

@@ -53,6 +53,16 @@ SHARE = 0.25
 
 ARC_MIN = 32 * MIB     # OpenZFS's floors: 32 MiB and 64 MiB
 ARC_MAX = 64 * MIB
+# The cap for parts that weigh small blocks (bench_disk_bound.redundant):
+# OpenZFS 2.1 stalled at 8K and 4K under ARC_MAX (archive/
+# 2.1-small-block-stall: the ARC at 173 MiB, 120 MiB of it metadata,
+# over a 48 MiB metadata limit, its readers waiting for an eviction that
+# could not come). 512 MiB is about 3x that ARC and 4x that metadata
+# (2.1's metadata limit, 3/4 of the cap: 384 MiB), a sixth of the
+# guest's 2972 MiB (2.1's own default would be half). drop_caches still
+# takes it to its floor before every run, and no run reads more than a
+# few MiB: the data a run finds in memory is what it was under ARC_MAX.
+ARC_SMALL_BLOCKS = 512 * MIB
 DIRTY = 32 * MIB       # unthrottled; on a throttled disk DIRTY_SECONDS of it
 DIRTY_SECONDS = 4      # at least 8 MiB, at most DIRTY
 
@@ -129,6 +139,29 @@ def tune(bps=None):
             "vm.dirty_bytes": int(_read("/proc/sys/vm/dirty_bytes")),
             "vm.dirty_background_bytes": int(
                 _read("/proc/sys/vm/dirty_background_bytes"))}
+
+
+class arc_cap(object):
+    """``with arc_cap(n):`` the ARC's cap at n bytes, then back to what
+    it was (whatever failed); ``value`` is the cap as the kernel reads it
+    back."""
+
+    PARAM = "/sys/module/zfs/parameters/zfs_arc_max"
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.old = None
+        self.value = None
+
+    def __enter__(self):
+        self.old = int(_read(self.PARAM))
+        _write(self.PARAM, self.cap)
+        self.value = int(_read(self.PARAM))
+        return self
+
+    def __exit__(self, *exc):
+        _write(self.PARAM, self.old)
+        return False
 
 
 def as_ssds(count=6):
@@ -231,6 +264,7 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
     quiet_s = wait_quiet(stats)
     arc_size = arcstats()["size"]
     arc0, disk0, cpu0 = arc_data_counts(), disk_counts(stats), cpu_times()
+    each0 = [disk_counts([s]) for s in stats]
     jobs = fio_jobs([t.path for t in targets], length, rw, bs,
                     iodepth, runtime_s, offset)
     cpu1 = cpu_times()
@@ -240,6 +274,7 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
             t.sync()
     flush = time.perf_counter() - start
     arc1, disk1 = arc_data_counts(), disk_counts(stats)
+    each1 = [disk_counts([s]) for s in stats]
     seconds = max(j["runtime"] for j in jobs) / 1000.0 + flush
     ios = sum(j["total_ios"] for j in jobs)
     moved = float(max(sum(j["io_bytes"] for j in jobs), 1))
@@ -256,7 +291,24 @@ def measure(targets, size, workload, runtime_s, k=0, seq_bytes=None):
             "arc_mib_at_start": arc_size / float(MIB),
             "clat_us": [j["clat_us"] for j in jobs],
             "cpu_busy": (cpu1[0] - cpu0[0]) / float(max(cpu1[1] - cpu0[1],
-                                                        1))}
+                                                        1)),
+            "per_disk": per_disk(disks, each0, each1, moved, seconds)}
+
+
+def per_disk(disks, before, after, moved, seconds):
+    """Each disk's share of a run (disk_counts of each, before and
+    after): bytes read and written per byte fio moved, and requests and
+    bytes a second, so that a pool's data disk and its log device are
+    told apart (the totals above sum over the disks)."""
+    out = []
+    for name, a, b in zip(disks, before, after):
+        d = [y - x for x, y in zip(a, b)]
+        out.append({"disk": os.path.basename(name),
+                    "read_per_byte": d[1] / moved,
+                    "written_per_byte": d[3] / moved,
+                    "iops": (d[0] + d[2]) / seconds,
+                    "bps": (d[1] + d[3]) / seconds})
+    return out
 
 
 def fio_jobs(paths, size, rw, bs, iodepth, runtime_s, offset=0):

@@ -5,7 +5,8 @@
                     compose] [--runs N] [--quick]
     python3 tests/bench/main.py ... --sections ceilings
     python3 tests/bench/main.py ... --sections disk-bound --throttle I:B
-        [--parts launch_runs,scaling,layouts,cbt_list,latency]
+        [--parts launch_runs,scaling,layouts,cbt_list,latency,redundant,
+                 slog]
         [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
     python3 tests/bench/main.py ... --sections migrate
         [--parts by_size,halted,snapshots,plain_copy,full]
@@ -69,7 +70,8 @@ def main():
     parser.add_argument("--parts", default=None,
                         help="disk-bound, cbt or migrate: only these "
                              "parts (comma lists: launch_runs,scaling,"
-                             "layouts,cbt_list,latency; list_methods,"
+                             "layouts,cbt_list,latency,redundant,slog; "
+                             "list_methods,"
                              "bytes_read,after_revert,by_size; by_size,"
                              "halted,"
                              "snapshots,plain_copy,full)")
