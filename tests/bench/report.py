@@ -735,7 +735,7 @@ def merge(out, directories):
     section = dict(runs[0]["disk-bound"])
     section["failed_parts"] = []
     for name in ("launch_runs", "scaling", "layouts", "cbt_list",
-                 "latency"):
+                 "latency", "redundant", "slog"):
         ran = [r["disk-bound"] for r in runs if r["disk-bound"].get(name)]
         section[name] = ran[0][name] if ran else []
         if ran and name == "launch_runs":   # its summaries go with it
@@ -745,6 +745,11 @@ def merge(out, directories):
             section["latency_ratios"] = ran[0]["latency_ratios"]
             for key in ("latency_size_mib", "latency_runtime_s"):
                 section[key] = ran[0][key]
+        if ran and name in ("redundant", "slog"):
+            section[name + "_ratios"] = ran[0][name + "_ratios"]
+            for key in ("defaults_size_mib", "slog_size_mib",
+                        "defaults_seq_mib"):
+                section[key] = ran[0].get(key)
     for r in runs:
         section["failed_parts"] += r["disk-bound"].get("failed_parts", [])
     section["wall_s"] = max(r["disk-bound"]["wall_s"] for r in runs)

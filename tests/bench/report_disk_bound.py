@@ -140,6 +140,10 @@ def render(d, out):
                        for r in d["cbt_list"]])]
     if d.get("latency"):
         md += _latency(d)
+    if d.get("redundant"):
+        md += _redundant(d)
+    if d.get("slog"):
+        md += _slog(d)
     if d["launch_runs"]:
         md.append("\n![disk-bound ratios](%s)\n"
                   % os.path.basename(_plot(d, out)))
@@ -190,6 +194,120 @@ def _latency(d):
                     "disk written per byte, latency / throughput",
                     "disk read per byte, latency / throughput",
                     "util, latency / throughput"], rows)]
+
+
+def _variants(runs):
+    out = []
+    for m in runs:
+        if m["variant"] not in out:
+            out.append(m["variant"])
+    return out
+
+
+def _workloads(runs):
+    out = []
+    for m in runs:
+        if m["workload"] not in out:
+            out.append(m["workload"])
+    return out
+
+
+def _pair_rows(ratios, keys):
+    """One row per (pair, workload) of bench_disk_bound.pair_ratios."""
+    return [["%s / %s" % tuple(r["of"]), r["workload"]] +
+            [_x(r[k]) if k in r else "-" for k in keys] for r in ratios]
+
+
+def _redundant(d):
+    """The redundant part: 8K and 16K blocks, redundant_metadata all
+    against most, the launch workloads."""
+    runs = d["redundant"]
+    caps = sorted(set(m.get("zfs_arc_max") for m in runs
+                      if m.get("zfs_arc_max")))
+    rows = []
+    for w in _workloads(runs):
+        for v in _variants(runs):
+            ms = _pick(runs, variant=v, workload=w)
+            if not ms:
+                continue
+            rows.append([w, v, _rate(ms, w)] +
+                        [_s((m[k] for m in ms), "%.2f") for k in (
+                            "disk_read_per_byte", "disk_written_per_byte",
+                            "disk_util", "arc_mib_at_start")] +
+                        ["%d/%d" % (sum(m["arc_hits"] for m in ms),
+                                    sum(m["arc_misses"] for m in ms))])
+    return ["### 8K blocks and redundant_metadata=most\n",
+            "zfs-ng VDIs through the datapath plugin and tapdisk, one SR "
+            "each on the one-disk pool (volblocksize 16K or 8K; "
+            "redundant_metadata all, the default, or most, set on the "
+            "SR's dataset), %d MiB each, filled; the launch part's four "
+            "workloads (sequential runs move %d MiB), caches dropped "
+            "before each run, the four VDIs in turn with the order "
+            "rotating, %d runs. The ARC's cap raised to **%s MiB** for "
+            "this part (tests/bench/diskrig.py ARC_SMALL_BLOCKS says "
+            "why). Ratios are run i against run i; *disk read/written "
+            "per byte*: bytes the disk moved per byte fio moved.\n"
+            % (d.get("defaults_size_mib", 0), d.get("defaults_seq_mib", 0),
+               d["runs"], ", ".join("%d" % (c / MiB) for c in caps)),
+            _table(["pair", "workload", "IOPS", "disk read per byte",
+                    "disk written per byte", "p50", "p99"],
+                   _pair_rows(d.get("redundant_ratios", []),
+                              ("iops", "disk_read_per_byte",
+                               "disk_written_per_byte", "p50", "p99"))),
+            "\n",
+            _table(["workload", "VDI", "IOPS or MiB/s", "disk read per byte",
+                    "disk written per byte", "util", "ARC MiB at start",
+                    "ARC hits/misses"], rows)]
+
+
+def _slog(d):
+    """The slog part: a pool with a log device against the one-disk
+    pool, logbias latency and throughput, write workloads."""
+    runs = d["slog"]
+    rows = []
+    for w in _workloads(runs):
+        for v in _variants(runs):
+            ms = _pick(runs, variant=v, workload=w)
+            if not ms:
+                continue
+            data = [m["per_disk"][0] for m in ms]
+            log = [m["per_disk"][1] for m in ms if len(m["per_disk"]) > 1]
+            rows.append(
+                [w, v, _rate(ms, w)] +
+                [_s((m[p] / 1000.0 for m in ms if m.get(p)), "%.1f")
+                 for p in ("p50", "p99")] +
+                [_s((p["written_per_byte"] for p in data), "%.2f"),
+                 _s((p["read_per_byte"] for p in data), "%.2f"),
+                 _s((p["written_per_byte"] for p in log), "%.2f")
+                 if log else "-",
+                 _s((p["util"] for p in data), "%.2f"),
+                 _s((p["util"] for p in log), "%.2f") if log else "-"])
+    return ["### A log device\n",
+            "zfs-ng VDIs (16K blocks, sync=always) through the datapath "
+            "plugin and tapdisk: *nolog-* on the one-disk pool (disk 1), "
+            "*log-* on a pool of disk 2 with disk 3 added as its log "
+            "(`zpool add POOL log DEV`), every disk under the same "
+            "limits; one SR per VDI with logbias latency (zfs-ng's "
+            "default) or throughput; %d MiB each, filled; the launch "
+            "part's random and sequential writes (sequential runs move "
+            "%d MiB) and 4k sync writes one at a time, caches dropped "
+            "before each run, the four VDIs in turn with the order "
+            "rotating, %d runs. Latency: fio's completion latency in ms "
+            "(median over runs of each run's percentile). Ratios are "
+            "run i against run i; disk bytes per byte summed over the "
+            "pool's disks in the ratio table, per disk in the other.\n"
+            % (d.get("slog_size_mib", 0), d.get("defaults_seq_mib", 0),
+               d["runs"]),
+            _table(["pair", "workload", "IOPS", "disk read per byte",
+                    "disk written per byte", "p50", "p99"],
+                   _pair_rows(d.get("slog_ratios", []),
+                              ("iops", "disk_read_per_byte",
+                               "disk_written_per_byte", "p50", "p99"))),
+            "\n",
+            _table(["workload", "VDI", "IOPS or MiB/s", "p50 ms", "p99 ms",
+                    "data disk written per byte", "data disk read per byte",
+                    "log device written per byte", "util data disk",
+                    "util log device"], rows)]
 
 
 def _ceilings(out):

@@ -312,3 +312,91 @@ def test_a_migrate_merge_refuses_two_zfs_versions(tmp_path):
     with pytest.raises(SystemExit) as err:
         report.merge(str(tmp_path), [a, b])
     assert "different ZFS versions" in str(err.value)
+
+
+def vrun(variant, workload, i, iops, read=1.0, written=1.0, p50=None):
+    """A redundant or slog part's run."""
+    m = {"variant": variant, "workload": workload, "run": i, "iops": iops,
+         "disk_read_per_byte": read, "disk_written_per_byte": written}
+    if p50 is not None:
+        m["p50"] = p50
+    return m
+
+
+def test_pair_ratios_pair_run_i_with_run_i_and_skip_the_unpaired():
+    w = "randwrite-4k"
+    runs = [vrun("16k", w, 0, 10.0, written=8.0),
+            vrun("16k", w, 1, 20.0, written=4.0),
+            vrun("8k", w, 0, 30.0, written=2.0),
+            vrun("8k", w, 1, 10.0, written=4.0),
+            vrun("8k", w, 2, 99.0)]             # no run 2 of 16k
+    got = bench_disk_bound.pair_ratios(runs, [("8k", "16k")])
+    assert len(got) == 1
+    r = got[0]
+    assert r["of"] == ["8k", "16k"] and r["workload"] == w
+    assert r["iops"]["runs"] == [3.0, 0.5]
+    assert r["disk_written_per_byte"]["runs"] == [0.25, 1.0]
+    assert "p50" not in r                       # neither run has one
+
+
+def test_pair_ratios_leave_out_a_zero_denominator():
+    w = "randread-4k"
+    runs = [vrun("a", w, 0, 10.0, written=0.0, p50=200.0),
+            vrun("b", w, 0, 5.0, written=0.0, p50=100.0)]
+    got = bench_disk_bound.pair_ratios(runs, [("a", "b")])[0]
+    assert got["iops"]["median"] == 2.0 and got["p50"]["median"] == 2.0
+    assert "disk_written_per_byte" not in got
+
+
+def test_rotated_puts_each_variant_first_in_turn():
+    names = ["a", "b", "c", "d"]
+    firsts = [bench_disk_bound.rotated(names, i)[0] for i in range(5)]
+    assert firsts == ["a", "b", "c", "d", "a"]
+    assert sorted(bench_disk_bound.rotated(names, 3)) == names
+
+
+def test_per_disk_tells_the_data_disk_from_the_log_device():
+    before = [(0, 0, 0, 0), (5, 0, 5, 0)]
+    after = [(10, 4096, 20, 8192), (5, 0, 105, 16384)]
+    got = diskrig.per_disk(["/dev/disk/by-id/virtio-zfsng-d2",
+                            "/dev/disk/by-id/virtio-zfsng-d3"],
+                           before, after, 4096.0, 2.0)
+    assert [p["disk"] for p in got] == ["virtio-zfsng-d2",
+                                        "virtio-zfsng-d3"]
+    assert got[0]["written_per_byte"] == 2.0
+    assert got[0]["read_per_byte"] == 1.0
+    assert got[1]["written_per_byte"] == 4.0 and got[1]["iops"] == 50.0
+
+
+def test_report_renders_the_redundant_and_slog_parts(tmp_path):
+    import report_disk_bound
+    w = "randwrite-4k"
+    disks = [{"disk": "d2", "read_per_byte": 0.5, "written_per_byte": 2.0,
+              "iops": 1.0, "bps": 1.0, "util": 0.5},
+             {"disk": "d3", "read_per_byte": 0.0, "written_per_byte": 6.0,
+              "iops": 1.0, "bps": 1.0, "util": 1.0}]
+    red = [dict(vrun(v, w, 0, x), disk_util=1.0, arc_mib_at_start=30.0,
+                arc_hits=1, arc_misses=2, zfs_arc_max=512 * MIB)
+           for v, x in (("16k", 10.0), ("8k", 25.0))]
+    slog = [dict(vrun(v, w, 0, x, p50=1000.0), p99=9000.0, disk_util=1.0,
+                 per_disk=disks[:n])
+            for v, x, n in (("nolog-latency", 10.0, 1),
+                            ("log-latency", 40.0, 2))]
+    d = {"throttle": {"iops": 100, "bps": 571400}, "ssd": diskrig.SSD,
+         "tuning": {"zfs_arc_max": 64 * MIB,
+                    "zfs_dirty_data_max": 8 * MIB},
+         "size_mib": 128, "runtime_s": 10, "runs": 1, "launch_runs": [],
+         "scaling": [], "layouts": [], "redundant": red, "slog": slog,
+         "redundant_ratios": bench_disk_bound.pair_ratios(
+             red, [("8k", "16k")]),
+         "slog_ratios": bench_disk_bound.pair_ratios(
+             slog, [("log-latency", "nolog-latency")]),
+         "defaults_size_mib": 48, "slog_size_mib": 32,
+         "defaults_seq_mib": 8}
+    text = "\n".join(report_disk_bound.render(d, str(tmp_path)))
+    assert "raised to **512 MiB**" in text
+    assert "| 8k / 16k | randwrite-4k | 2.50x (2.50-2.50) |" in text
+    assert "| log-latency / nolog-latency | randwrite-4k | 4.00x" in text
+    # the log device's column: 6.00 for the log pool, none without one
+    assert "| 2.00 (2.00-2.00) | 0.50 (0.50-0.50) | 6.00 (6.00-6.00) |" \
+        in text
