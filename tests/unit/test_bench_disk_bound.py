@@ -400,3 +400,24 @@ def test_report_renders_the_redundant_and_slog_parts(tmp_path):
     # the log device's column: 6.00 for the log pool, none without one
     assert "| 2.00 (2.00-2.00) | 0.50 (0.50-0.50) | 6.00 (6.00-6.00) |" \
         in text
+
+
+def test_measure_drains_the_disks_before_it_drops_the_caches(monkeypatch):
+    calls = []
+    monkeypatch.setattr(diskrig, "stat_files", lambda disks: ["s"])
+    monkeypatch.setattr(diskrig, "wait_quiet",
+                        lambda stats: calls.append("quiet") or 1.0)
+    monkeypatch.setattr(diskrig, "drop_caches",
+                        lambda: calls.append("drop"))
+    monkeypatch.setattr(diskrig, "arcstats", lambda: {"size": 0})
+    monkeypatch.setattr(diskrig, "arc_data_counts", lambda: (0, 0))
+    monkeypatch.setattr(diskrig, "disk_counts", lambda stats: (0, 0, 0, 0))
+    monkeypatch.setattr(diskrig, "cpu_times", lambda: (0, 1))
+    monkeypatch.setattr(diskrig, "fio_jobs", lambda *a: calls.append(
+        "fio") or [{"runtime": 1000, "total_ios": 1, "io_bytes": 4096,
+                    "clat_us": {}}])
+    target = diskrig.Target("/dev/x", lambda: calls.append("sync"), ["d"])
+    m = diskrig.measure([target], MIB, ("randread-4k", "randread", "4k", 1),
+                        1)
+    assert calls == ["quiet", "drop", "sync", "quiet", "fio"]
+    assert m["quiet_wait_s"] == 2.0
