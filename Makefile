@@ -372,6 +372,7 @@ bench: $(VENV)/.bench-tools
 
 # make bench-disk-bound [ZFS=2.1] [BENCH_OUT=dir] [BENCH_CPUS=1]
 #     [BENCH_ARGS="--quick" | "--parts layouts" | "--parts latency" |
+#      "--parts slog --runs 2" | "--parts redundant --runs 2" |
 #      "--parts launch_runs --backends tap-zvol,tap-vhd-file,tap-zvol-tput"]:
 #     two boots (see tests/bench/diskrig.py). The first measures the
 # ceilings on unthrottled RAM-backed disks (in /dev/shm); the second runs on
