@@ -74,7 +74,7 @@ for _dir in ("tests/unit", "volume", "datapath"):
 
 import fakezfs  # noqa: E402
 from zfsng import abandoned, collect, errors, inventory, lock, meta, \
-    names, runner, wire, zfs  # noqa: E402
+    names, runner, spaceguard, wire, zfs  # noqa: E402
 from zfsng_volume import alert, cleanup  # noqa: E402
 from zfsng_volume import main as volmain  # noqa: E402
 from zfsng import zvoldev  # noqa: E402
@@ -235,8 +235,14 @@ def scenario(run):
     # a thick SR: zfs itself refuses what cannot fit
     stored_c = need("create thick SR on d2", "SR.create", uuid=SR_C,
                     name="thick", description="",
-                    configuration={"device": d2, "provisioning": "thick"})
+                    configuration={"device": d2, "provisioning": "thick",
+                                   "ashift": "16"})
     thick = need("attach thick SR", "SR.attach", configuration=stored_c)
+    # the space guard's sector: the labels' ashift, a detected one and one
+    # given at create (zpool get ashift says 0, then 16)
+    run.step("the sector of a detected ashift",
+             lambda: spaceguard.sector(sr))
+    run.step("the sector of ashift 16", lambda: spaceguard.sector(thick))
     c("thick volume bigger than the pool", "Volume.create", sr=thick,
       name="big", description="", size=4 * GiB, sharable=False)
     small = need("thick volume", "Volume.create", sr=thick, name="small",
@@ -417,13 +423,31 @@ def disk_size(path):
         return f.seek(0, 2)
 
 
+def detected_ashift(path):
+    """The ashift ZFS gives a vdev on the disk (vdev_open,
+    vdev_ashift_optimize): its logical sector's, raised to its physical
+    sector's if that is at most zfs_vdev_max_auto_ashift (14); at least
+    9."""
+    queue = "/sys/class/block/%s/queue/" % os.path.basename(
+        os.path.realpath(path))
+
+    def shift(name):
+        with open(queue + name) as f:
+            return int(f.read()).bit_length() - 1
+    logical, physical = shift("logical_block_size"), \
+        shift("physical_block_size")
+    return max(9, logical, physical if physical <= 14 else logical)
+
+
 def fake_host(disks, hostid):
     """A FakeZfs with the guest's disks: kernel names, sizes, by-id links,
-    and the guest's hostid in the labels it writes."""
+    the ashift ZFS detects on them, and the guest's hostid in the labels
+    it writes."""
     host = fakezfs.FakeZfs()
     for path in disks:
         host.add_disk(os.path.realpath(path), size=disk_size(path),
-                      by_id=os.path.basename(path))
+                      by_id=os.path.basename(path),
+                      ashift=detected_ashift(path))
     host.hostid = hostid
     return host
 
@@ -445,8 +469,10 @@ NUMERIC = {"used", "referenced", "refer", "available", "avail",
            "logicalreferenced",
            "creation", "size", "allocated", "alloc", "free",
            "refreservation"}
-# zdb -l keys the plugin reads (zfs._LABEL_KEYS)
-LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid")
+# zdb -l keys the plugin reads (pools._LABEL_KEYS), and the top-level
+# vdev's ashift (pools.max_ashift)
+LABEL_KEYS = ("name", "state", "pool_guid", "hostid", "hostname", "guid",
+              "ashift")
 # stderr fragments the plugin looks for outside zfs._ERROR_PATTERNS
 FRAGMENTS = ("no pools available",)
 # programs whose exact exit status the plugin reads (blkid: 2 is "nothing
@@ -525,6 +551,8 @@ def _stdout(argv, out, guids):
     if prog == "zpool" and verb == "list" and "-v" in argv:
         return [guids(line.strip().split("\t")[0])
                 for line in out.splitlines()]
+    if (prog, verb) == ("zpool", "get"):      # -o property,value
+        return [guids(line) for line in out.splitlines()]
     if (prog, verb) == ("zfs", "get") and "createtxg" in argv:
         return [_number(line) for line in out.splitlines()]   # cbt's
     if (prog, verb) in (("zfs", "list"), ("zfs", "get"),

@@ -9,7 +9,7 @@ by the collector when the job that held it is gone and no VBD mirrors."""
 import pytest
 
 from conftest import GiB, create_sr, create_volume
-from zfsng import collect, errors, lock, meta, spaceguard, zfs
+from zfsng import collect, errors, lock, meta, pools, spaceguard, zfs
 
 MiB, KiB = 1 << 20, 1 << 10
 
@@ -154,3 +154,80 @@ def test_a_writes_dirtied_blocks_are_counted_whole():
     assert budget.indirect > budget.indirect_total      # capped when summed
     budget.reset()
     assert not budget.add(0, 512)
+
+
+# --- the pool's sector ------------------------------------------------------
+
+def guarded_margin(fake, config):
+    sr, _ = create_sr(config)
+    name = zvol(create_volume(sr, size=GiB))
+    budget = spaceguard.hold(name)
+    return int(fake.get(name, "refreservation")) - auto(name), budget
+
+
+def test_a_pool_of_64k_sectors_gets_the_margin_of_64k_sectors(fake):
+    """ZFS counts each write, and each block it dirties, at least one
+    sector of the pool's largest ashift (spa_get_worst_case_asize):
+    ashift=16 (which sr-create accepts) makes each 16 KiB block count
+    64 KiB, and the margin must follow, window and writes assigned."""
+    margin, budget = guarded_margin(fake, {"device": "/dev/sdb",
+                                           "ashift": "16"})
+    assert budget.sector == 64 * KiB
+    assert margin == budget.margin(spaceguard.INFLATION)
+    small = spaceguard.Budget(GiB, 16 * KiB, budget.window)
+    # 352 writes assigned at once, each a sector more; 8 KiB assumed before
+    segments = spaceguard.TAPDISK_REQUESTS * spaceguard.TAPDISK_SEGMENTS
+    assert margin - small.margin(spaceguard.INFLATION) >= \
+        spaceguard.INFLATION * segments * (64 - 8) * KiB
+    # a 512-byte write dirties one 16 KiB block: counted as 64 KiB
+    assert budget.dirtied(0, 512)[0] == 64 * KiB
+    assert small.dirtied(0, 512)[0] == 16 * KiB
+
+
+@pytest.mark.parametrize("config,detected,sector", [
+    ({"device": "/dev/sdb", "ashift": "12"}, {}, 8 * KiB),
+    ({"device": "/dev/sdb"}, {"/dev/sdb": 12}, 8 * KiB),
+    ({"device": "/dev/sdb"}, {"/dev/sdb": 14}, 16 * KiB),
+    # the largest of the pool's vdevs, a log device's counted too
+    ({"device": "/dev/sdb,/dev/sdc"}, {"/dev/sdc": 15}, 32 * KiB),
+    ({"vdev": "/dev/sdb log /dev/sdc"}, {"/dev/sdc": 13}, 8 * KiB),
+    ({"vdev": "/dev/sdb log /dev/sdc"}, {"/dev/sdc": 14}, 16 * KiB),
+])
+def test_the_sector_is_the_largest_of_the_vdevs_ashifts(fake, config,
+                                                        detected, sector):
+    """What the vdevs have, as their labels say: the pool property is 0
+    ("detected") unless sr-create was given an ashift."""
+    for disk, ashift in detected.items():
+        fake.devices[disk].ashift = ashift
+    _, budget = guarded_margin(fake, config)
+    assert budget.sector == sector
+
+
+def test_an_unreadable_ashift_takes_the_largest_sector(fake, sr):
+    """No label read (zdb fails on every leaf): the sector of ASHIFT_MAX,
+    64 KiB. Larger than the pool's can only refuse a move (OutOfSpace,
+    the VM stays put); smaller could let ZFS refuse a mirrored write."""
+    fake.inject("zdb -l", "failed to unpack label 0", rc=2, times=-1)
+    name = zvol(create_volume(sr, size=GiB))
+    budget = spaceguard.hold(name)
+    assert budget.sector == 64 * KiB
+    assert int(fake.get(name, "refreservation")) - auto(name) == \
+        budget.margin(spaceguard.INFLATION)
+
+
+def test_an_unreadable_pool_takes_the_largest_sector(fake, sr):
+    fake.inject("zpool get", "internal error: I/O error", times=1)
+    assert spaceguard.sector("tank") == 64 * KiB
+    assert spaceguard.sector("tank") == 8 * KiB    # the pool read again
+
+
+def test_another_pools_label_counts_nothing(fake, sr):
+    """A leaf path whose label names another pool (a disk renamed under
+    the imported pool) says nothing of this pool's ashift."""
+    fake.devices["/dev/sdc"].ashift = 12
+    create_sr({"device": "/dev/sdc"}, uuid="0f6a1e3c-2b4d-4e5f-8a9b-"
+              "0c1d2e3f4a5b", name="other")
+    assert spaceguard.sector("other") == 8 * KiB
+    fake.devices["/dev/sdb1"].label = fake.devices["/dev/sdc1"].label
+    assert pools.read_label("/dev/sdb1")["name"] == "other"
+    assert spaceguard.sector("tank") == 64 * KiB

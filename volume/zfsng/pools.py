@@ -9,6 +9,8 @@ the runner) so every pool command has the same parsing, bounds and typed
 errors as the dataset commands.
 """
 
+import re
+
 from zfsng import errors, runner, zfs
 
 # multihost: whether a suspended pool can be resumed (health.pool_health)
@@ -119,6 +121,56 @@ def vdev_label(device):
     None when it holds no label."""
     label = _label(device)
     return label if label.get("guid") else None
+
+
+# "ashift: N" in a label's vdev tree: its top-level vdev's (vdev_label.c
+# vdev_config_generate; a leaf's label holds its top-level vdev's tree,
+# spa_config.c spa_config_generate), and in 2.3 a cache device's own.
+_ASHIFT_RE = re.compile(r"^\s*ashift: ([0-9]+)\s*$", re.M)
+
+
+def max_ashift(pool):
+    """The largest ashift of the pool's vdevs, as the labels on its leaves
+    say, at least the pool's ``ashift`` property; None when no leaf's label
+    could be read.
+
+    Why the labels: the ``ashift`` pool property is only the default of
+    vdevs yet to be made (0, "detected", unless ``-o ashift`` was given),
+    not what a vdev has; OpenZFS 2.1 has no vdev properties (``zpool get
+    ashift <pool> <vdev>`` is 2.2+); plain ``zdb -C`` needs a cachefile
+    zfs-ng's pools have none of, and ``zdb -e`` opens the whole pool. A
+    top-level vdev's ashift never changes, each of its leaves' labels
+    holds it (``zdb -l`` reads four 256 KiB labels of one device), and a
+    pool that can write has a readable leaf in each top-level vdev. A
+    label is counted only if it names this pool's guid (a path reused by
+    another pool's disk counts nothing). Log, special and (2.3) cache
+    vdevs are counted too, though ZFS's estimate sizes by the normal
+    class's only (spa_max_ashift): too large errs on the safe side."""
+    text = zfs.zpool("get", "-Hp", "-o", "property,value", "ashift,guid",
+                     "--", pool)
+    props = dict(line.split("\t", 1) for line in text.splitlines()
+                 if "\t" in line)
+    guid = (props.get("guid") or "").strip()
+    found = []
+    for device in pool_leaf_devices(pool):
+        found += _label_ashifts(device, guid)
+    if not found:
+        return None
+    prop = (props.get("ashift") or "").strip()
+    return max(found + [int(prop)] if prop.isdigit() else found)
+
+
+def _label_ashifts(device, guid):
+    """The ashifts ``zdb -l`` prints of device, if its label names the pool
+    guid; none if it cannot be read within its bound."""
+    try:
+        out = runner.run(["zdb", "-l", "--", device]).out
+    except errors.CommandTimeout:
+        return []
+    if not guid or "pool_guid: %s" % guid not in [
+            line.strip() for line in out.splitlines()]:
+        return []
+    return [int(value) for value in _ASHIFT_RE.findall(out)]
 
 
 def pool_leaves(pool):

@@ -27,7 +27,10 @@ kept bounded: ``hold`` sets ``refreservation`` to ``auto`` (the whole
 disk, snapshots or not), then raises it by ``Budget.margin``: the
 inflation times (a window of dirtied bytes, plus what tapdisk can have in
 flight twice over, plus the writes ZFS has assigned at once, plus the
-dnode's blocks). The mirror's relay (zfsng_datapath.relay) counts each
+dnode's blocks), each write and each dirtied block counted at least one
+sector of the pool's largest ashift, as ZFS counts it (``sector``: read
+from the vdevs' labels; 64 KiB, ashift 16's, when none can be read; never
+below 8 KiB). The mirror's relay (zfsng_datapath.relay) counts each
 guest write's dirtied blocks (``Budget.add``) and writes the pool out
 (``zpool sync``) whenever a window is full: dd_space_towrite only drops
 when its txg syncs (dsl_dir_sync), however few bytes tapdisk has in
@@ -48,7 +51,7 @@ datapath call has taken it out of mirror mode.
 
 import os
 
-from zfsng import errors, lock, log, meta, zfs
+from zfsng import errors, lock, log, meta, pools, zfs
 
 LOCK_SUFFIX = "@zfsng-mirror-guard"
 KiB, MiB = 1 << 10, 1 << 20
@@ -65,14 +68,16 @@ PAGE = 4 * KiB
 # A zvol's indirect blocks (DN_MAX_INDBLKSHIFT) and block pointers.
 INDIRECT_BLOCK = 128 * KiB
 BLOCK_POINTER = 128
-# The smallest a write's estimate is (spa_get_worst_case_asize: one sector
-# of the pool's largest ashift): 8 KiB covers the ashift ZFS detects on
-# 512e, 4Kn and the SSDs that report 8 KiB pages.
+# The smallest ZFS's estimate of a write, and of each block it dirties,
+# is (spa_get_worst_case_asize: MAX(size, 1 << spa_max_ashift), the
+# largest ashift of the pool's normal vdevs): one sector, the pool's
+# (``sector``), never taken below 8 KiB.
 SECTOR = 8 * KiB
+# The largest ashift OpenZFS 2.1 and 2.3 accept (spa.h ASHIFT_MAX): the
+# sector assumed when the pool's cannot be read.
+ASHIFT_MAX = 16
 DNODE = 512                # dmu_tx_count_dnode
-# The zvol's dnode block and its objset's meta-dnode indirect blocks, in
-# each of the three txgs not yet synced.
-META = 3 * (16 * KiB + 3 * INDIRECT_BLOCK)
+DNODE_BLOCK = 16 * KiB
 # Dirtied bytes between two forced syncs, largest first.
 WINDOWS = (64 * MiB, 16 * MiB, 4 * MiB)
 
@@ -80,6 +85,24 @@ WINDOWS = (64 * MiB, 16 * MiB, 4 * MiB)
 def lock_name(zvol):
     """The name the mirror job holds with lock.reading."""
     return zvol + LOCK_SUFFIX
+
+
+def sector(pool):
+    """The pool's sector as ZFS's estimate sizes it (at least SECTOR):
+    that of its vdevs' largest ashift (pools.max_ashift). When no label
+    says, ASHIFT_MAX's: a larger margin can only refuse the move (the VM
+    stays where it is, OutOfSpace says why), a smaller one could let ZFS
+    refuse a mirrored write, and tapdisk would serve the guest zeros."""
+    try:
+        shift = pools.max_ashift(pool)
+    except (errors.ZfsError, errors.CommandTimeout) as exc:
+        log.info("%s: its ashift unread (%s)", pool, exc)
+        shift = None
+    if shift is None:
+        log.info("%s: no vdev label read, its sector taken as the largest "
+                 "ZFS allows (ashift %d)", pool, ASHIFT_MAX)
+        shift = ASHIFT_MAX
+    return max(SECTOR, 1 << shift)
 
 
 def inflation():
@@ -96,9 +119,13 @@ class Budget(object):
     write can dirty in ZFS (its data blocks whole, and its indirect
     blocks at every level), summed over a window."""
 
-    def __init__(self, volsize, volblocksize, window):
+    def __init__(self, volsize, volblocksize, window, sector=SECTOR):
         self.block = max(int(volblocksize), 512)
         self.window = window
+        self.sector = sector
+        # what ZFS's estimate counts of each dirtied data block
+        # (dbuf_dirty -> dmu_objset_willuse_space): a sector at least
+        self.charge = max(self.block, sector)
         blocks = max(1, -(-int(volsize) // self.block))
         per = INDIRECT_BLOCK // BLOCK_POINTER
         self.spans, self.indirect_total, count = [], 0, blocks
@@ -115,7 +142,7 @@ class Budget(object):
     def dirtied(self, offset, length):
         """(data, indirect) bytes one write can dirty."""
         end = offset + max(length, 1) - 1
-        data = (end // self.block - offset // self.block + 1) * self.block
+        data = (end // self.block - offset // self.block + 1) * self.charge
         indirect = sum((end // s - offset // s + 1) * INDIRECT_BLOCK
                        for s in self.spans)
         return data, indirect
@@ -147,13 +174,17 @@ class Budget(object):
         estimate of every write inside it: the window (plus the one
         write that filled it), the requests in flight when a sync began
         and those not yet counted, and the writes assigned at once
-        (each at least a SECTOR, plus its dnode)."""
+        (each at least a sector, plus its dnode), and the zvol's dnode
+        block and its objset's meta-dnode indirect blocks in each of the
+        three txgs not yet synced."""
         most = self._bound(*self.dirtied(self.block - 1,
                                          TAPDISK_SEGMENTS * PAGE))
         segments = TAPDISK_REQUESTS * TAPDISK_SEGMENTS
-        assigned = segments * (PAGE + SECTOR + DNODE)
+        assigned = segments * (PAGE + self.sector + DNODE)
+        meta_blocks = 3 * (max(DNODE_BLOCK, self.sector) +
+                           3 * INDIRECT_BLOCK)
         return factor * (self.window + most + 2 * self.in_flight() +
-                         assigned + META)
+                         assigned + meta_blocks)
 
 
 def hold(zvol):
@@ -162,6 +193,7 @@ def hold(zvol):
     pool lacks the room. Under the SR lock."""
     row = zfs.get_one(zvol, ["refreservation", "volsize", "volblocksize",
                              meta.MIRROR_GUARD])
+    row["sector"] = sector(zvol.split("/", 1)[0])
     if not row.get(meta.MIRROR_GUARD):
         zfs.set_props(zvol, {meta.MIRROR_GUARD:
                              row.get("refreservation") or "0"})
@@ -180,13 +212,14 @@ def hold(zvol):
             "space on the pool, or move the VM halted (%s)" % (
                 zvol, _least(row) >> 20, exc.message))
     log.info("%s: its writes guaranteed room while mirrored (a sync every "
-             "%d MiB dirtied)", zvol, budget.window >> 20)
+             "%d MiB dirtied, %d KiB sectors)", zvol, budget.window >> 20,
+             budget.sector >> 10)
     return budget
 
 
 def _budget(row, window):
     return Budget(int(row["volsize"]), int(row["volblocksize"] or 0),
-                  window)
+                  window, row["sector"])
 
 
 def _least(row):

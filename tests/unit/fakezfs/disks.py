@@ -17,15 +17,17 @@ class Disks(object):
     # --- test set-up: disks, and the state of pools and their leaves -------
 
     def add_disk(self, path, size=10 * GiB, fs=None, pttype=None,
-                 mountpoint="", kind="disk", by_id=None):
+                 mountpoint="", kind="disk", by_id=None, ashift=9):
         """A disk; by_id: its udev name under /dev/disk/by-id (its
-        partitions get <by_id>-part<N>, as udev names them)."""
+        partitions get <by_id>-part<N>, as udev names them); ashift: the
+        one ZFS detects on it (9: 512-byte sectors, 12: 4 KiB)."""
         sigs = []
         if pttype:
             sigs.append({"PTTYPE": pttype, "PTUUID": "0c0ffee0"})
         if fs:
             sigs.append({"TYPE": fs, "USAGE": "filesystem"})
         self.devices[path] = Device(path, size, kind, None, mountpoint, sigs)
+        self.devices[path].ashift = ashift
         if by_id:
             self.links["/dev/disk/by-id/" + by_id] = path
         return path

@@ -124,6 +124,7 @@ class Device(object):
         #                        "klass"}; cache and spare labels name no
         #                        pool (zdb shows only the vdev guid)
         self.children = []     # paths of partitions and holders
+        self.ashift = 9        # the ashift ZFS detects on it (its sectors)
 
 
 class Leaf(object):
@@ -145,6 +146,7 @@ class Vdev(object):
         self.klass = klass     # None, "log", "cache", "spare", ...
         self.leaves = leaves
         self.guid = guid       # a mirror's or raidz's own vdev guid
+        self.ashift = 9        # set when made: zpool create -o or detected
 
 
 class Pool(object):

@@ -291,7 +291,8 @@ class Streams(object):
     # zdb
 
     def _zdb(self, argv):
-        """``zdb -l -- <device>``: the first label's pool facts."""
+        """``zdb -l -- <device>``: the first label's pool facts and its
+        top-level vdev's tree (its ashift)."""
         if argv[1:2] == ["-e"]:
             return self._zdb_objects(argv)
         if argv[1:3] != ["-l", "--"] or len(argv) != 4:
@@ -325,14 +326,29 @@ class Streams(object):
         hostid, hostname = self.hostid, self.hostname
         if pool.elsewhere and pool.state == "EXPORTED":
             state, (hostid, hostname) = 0, pool.elsewhere
+        # the leaf's top-level vdev (spa_config_generate: a label holds
+        # its top-level vdev's tree, with its ashift)
+        tops = [(i, v) for i, v in enumerate(pool.vdevs)
+                if any(leaf.guid == dev.label["leaf_guid"]
+                       for leaf in v.leaves)]
+        index, top = tops[0] if tops else (0, None)
+        tree = "" if top is None else (
+            "    vdev_children: %d\n    vdev_tree:\n        type: '%s'\n"
+            "        id: %d\n        guid: %s\n        ashift: %d\n"
+            "        is_log: %d\n"
+            % (len([v for v in pool.vdevs
+                    if v.klass not in ("cache", "spare")]),
+               top.kind, index, top.guid or dev.label["leaf_guid"],
+               top.ashift, 1 if top.klass == "log" else 0))
         return ("------------------------------------\nLABEL 0\n"
                 "------------------------------------\n"
                 "    version: 5000\n    name: '%s'\n    state: %d\n"
                 "    txg: %d\n    pool_guid: %s\n    errata: 0\n"
                 "    hostid: %d\n    hostname: '%s'\n"
-                "    top_guid: %s\n    guid: %s\n"
+                "    top_guid: %s\n    guid: %s\n%s"
                 % (pool.name, state, pool.txg, pool.guid, hostid, hostname,
-                   dev.label["leaf_guid"], dev.label["leaf_guid"]))
+                   top.guid if top is not None and top.guid else
+                   dev.label["leaf_guid"], dev.label["leaf_guid"], tree))
 
     def _zdb_objects(self, argv):
         """``zdb -e -p <dir>... -dddd <dataset> 1``: the data object of a

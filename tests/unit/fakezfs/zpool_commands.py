@@ -70,6 +70,24 @@ class ZpoolCommands(object):
                                "property" % prop, rc=2)
         return values[prop]
 
+    def _zpool_get(self, argv):
+        """``zpool get -Hp -o <fields> <props> [--] <pool>``: the pool
+        properties _pool_prop knows, a line each, in the order asked."""
+        opts, args = self._getopt(argv, 2, "Hpo:")
+        flags = dict(opts)
+        if "H" not in flags or "o" not in flags or len(args) != 2:
+            raise _Unknown()
+        fields = flags["o"].split(",")
+        if not set(fields) <= {"name", "property", "value"}:
+            raise _Unknown()
+        pool = self._open_pool(args[1])
+        lines = []
+        for prop in args[0].split(","):
+            cells = {"name": pool.name, "property": prop,
+                     "value": self._pool_prop(pool, prop)}
+            lines.append("\t".join(cells[f] for f in fields))
+        return "".join(line + "\n" for line in lines)
+
     def _zpool_list(self, argv):
         opts, args = self._getopt(argv, 2, "HpPvgo:")
         flags = dict(opts)
@@ -289,10 +307,13 @@ class ZpoolCommands(object):
             raise CommandError("%s: pool already exists" % errprefix)
         pool = Pool(name, self._new_guid(), [], pool_props)
         for kind, klass, group_paths in groups:
+            # vdev_open: the largest its leaves detect, unless -o ashift
+            detected = max(self._dev(p).ashift for p in group_paths)
             leaves = [self._make_leaf(pool, p, klass) for p in group_paths]
-            pool.vdevs.append(Vdev(kind, klass, leaves,
-                                   None if kind == "disk" else
-                                   self._new_guid()))
+            vdev = Vdev(kind, klass, leaves,
+                        None if kind == "disk" else self._new_guid())
+            vdev.ashift = int(pool_props.get("ashift") or 0) or detected
+            pool.vdevs.append(vdev)
         self.pools.append(pool)
         root = self._new_dataset(pool, name, "filesystem", fs_props)
         root.refer = FS_BASE
@@ -316,6 +337,7 @@ class ZpoolCommands(object):
                                         dev.path)
             self.devices[reserved] = Device(reserved, 8 * MiB, "part",
                                             dev.path)
+            self.devices[data].ashift = dev.ashift
             self._link_partition(dev.path, data, 1)
             self._link_partition(dev.path, reserved, 9)
             dev.children = [data, reserved]
