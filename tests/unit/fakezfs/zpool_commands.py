@@ -1,9 +1,11 @@
 """The fake host's zpool commands.
 
-``ZpoolCommands``, a mixin of ``FakeZfs``: ``zpool list``, ``create``,
-``import``, ``export``, ``destroy``, ``labelclear`` and ``status``, one
-``_zpool_<command>`` method each, with what they share (pool health,
-vdev parsing and labelling, import scans).
+``ZpoolCommands``, a mixin of ``FakeZfs``: ``zpool list``, ``get``,
+``create``, ``import``, ``export``, ``destroy``, ``labelclear`` and
+``status``, one ``_zpool_<command>`` method each, with what they share
+(pool health, vdev parsing and labelling, import scans). A top-level
+vdev's ashift is ``-o ashift`` or the largest its disks detect
+(``Device.ashift``, 9 unless a test says); ``zdb -l`` prints it.
 """
 
 import re
