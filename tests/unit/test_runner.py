@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -237,6 +238,47 @@ def test_stream_leaves_behind_a_command_that_survives_the_kill(
     assert isinstance(failure, errors.CommandTimeout)
     assert "left behind" in str(failure)
     assert failure.pid == started[0].pid
+
+
+def test_a_test_install_may_wait_less_for_a_command_stuck_in_the_kernel(
+        monkeypatch, hooks_on):
+    # test_bounds.py hangs a disk: every command it kills is stuck and
+    # waited for KILL_GRACE; ZFSNG_KILL_GRACE shortens that wait, never
+    # lengthens it.
+    monkeypatch.setenv("ZFSNG_CMD_TIMEOUT", "0.2")
+    monkeypatch.setenv("ZFSNG_KILL_GRACE", "0.3")
+    assert runner.kill_grace() == 0.3
+    started = []
+    real_popen = subprocess.Popen
+
+    class Unkillable(real_popen):
+        def __init__(self, *args, **kwargs):
+            real_popen.__init__(self, *args, **kwargs)
+            started.append(self)
+
+        def kill(self):
+            pass
+    monkeypatch.setattr(runner.subprocess, "Popen", Unkillable)
+    began = time.monotonic()
+    try:
+        failure = _bounded(lambda: runner.SubprocessRunner()(
+            ["sleep", "1000"]))
+    finally:
+        for proc in started:
+            real_popen.kill(proc)
+            proc.wait()
+    assert isinstance(failure, errors.CommandTimeout)
+    assert "left behind" in str(failure)
+    assert time.monotonic() - began < runner.KILL_GRACE
+    monkeypatch.setenv("ZFSNG_KILL_GRACE", "50")
+    assert runner.kill_grace() == runner.KILL_GRACE
+
+
+def test_the_kill_grace_hook_does_nothing_outside_a_test_install(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(testhooks, "MARKER", str(tmp_path / "absent"))
+    monkeypatch.setenv("ZFSNG_KILL_GRACE", "0.3")
+    assert runner.kill_grace() == runner.KILL_GRACE
 
 
 def _kill_pid_in(pidfile):

@@ -23,7 +23,7 @@ if killed) right after its N-th command returns, so tests can check that
 the next call repairs whatever state that left; ZFSNG_TRACE=<file> appends
 one JSON line (argv, rc, seconds) per command, so the benchmarks can tell
 the plugin's own time from its commands' time; ZFSNG_CMD_TIMEOUT lowers
-every command's bound.
+every command's bound, ZFSNG_KILL_GRACE the wait for a killed one.
 """
 
 import json
@@ -60,6 +60,13 @@ def remaining():
     if _deadline["at"] is None:
         return None
     return _deadline["at"] - time.monotonic()
+
+
+def kill_grace():
+    """Seconds to wait for a killed command to go: KILL_GRACE, or a lower
+    one from the test hook ZFSNG_KILL_GRACE (a test that hangs a disk
+    waits this out at every command it kills)."""
+    return testhooks.seconds("ZFSNG_KILL_GRACE", KILL_GRACE)
 
 
 def timeout_for(argv, own=None):
@@ -162,7 +169,7 @@ class SubprocessRunner(object):
         if failure is not None:
             proc.kill()    # no effect if it has exited already
         rc = _wait(proc, argv, bound)
-        drain.join(KILL_GRACE)
+        drain.join(kill_grace())
         if failure is not None and rc <= 0:
             raise failure
         result = Result(argv, rc, "", b"".join(err).decode("utf-8", "replace"))
@@ -199,7 +206,7 @@ def _abandon(proc, argv, bound):
     reading could hand that thread a reused descriptor)."""
     proc.kill()
     try:
-        proc.wait(timeout=KILL_GRACE)
+        proc.wait(timeout=kill_grace())
         return _stream_timeout(argv, bound)
     except subprocess.TimeoutExpired:
         return _stream_timeout(argv, bound, "left behind, stuck in the "
@@ -244,7 +251,7 @@ def _bound(argv, own=None):
 def _wait(proc, argv, bound):
     """proc's exit status, once consume has read all it wrote."""
     try:
-        return proc.wait(timeout=KILL_GRACE)
+        return proc.wait(timeout=kill_grace())
     except subprocess.TimeoutExpired:
         proc.kill()
         raise _stream_timeout(argv, bound)
@@ -267,7 +274,7 @@ def _communicate(proc, argv, bound, data):
     proc.kill()
     left = None   # the pid of a command still running when we go on
     try:
-        proc.communicate(timeout=KILL_GRACE)
+        proc.communicate(timeout=kill_grace())
         fate = "killed"
     except subprocess.TimeoutExpired:
         # Stuck in the kernel (I/O to a suspended pool): it dies when the

@@ -21,6 +21,8 @@ The hooks:
   ZFSNG_CMD_TIMEOUT   seconds: a lower bound for every command than
                       runner's own (never a higher one)
   ZFSNG_LOCK_WAIT     seconds: a lower bound for lock waits (lock.WAIT)
+  ZFSNG_KILL_GRACE    seconds: a lower wait for a killed command to go
+                      (runner.KILL_GRACE)
 """
 
 import os
