@@ -173,7 +173,7 @@ lint-py36: $(VPY)
 # GUEST_SPLIT=none runs every test on the version (ZFSNG_GUEST_SPLIT in
 # tests/integration/conftest.py: by default the tests whose outcome does
 # not depend on the version run on one of the two, and each crash sweep
-# plays a third of its points on 2.1 and the rest on 2.3).
+# plays half of its points on 2.1 and the other half on 2.3).
 GUEST_SPLIT   ?=
 # The bound on one version's suite: they took 2153 s (2.1) and 2206 s
 # (2.3) side by side in a clean clone's check (session 16), 4224 s the
