@@ -158,6 +158,8 @@ class Vbd3(object):
     def __init__(self, store, domid, vm_uuid, devid=DEVID):
         self.store, self.domid, self.vm, self.devid = store, domid, \
             vm_uuid, devid
+        # xvda, xvdb, ...: the Xen disk scheme (device_number.ml:56-58)
+        self.dev = "xvd" + chr(ord("a") + ((devid - DEVID) >> 4))
         self.front = "/local/domain/%d/device/vbd/%d" % (domid, devid)
         self.front_ro = "/xenops/domain/%d/device/vbd/%d" % (domid, devid)
         self.back = "/local/domain/0/backend/vbd3/%d/%d" % (domid, devid)
@@ -171,7 +173,7 @@ class Vbd3(object):
     def add(self, tapdev, sm_data, dp_id, vdi_id, vbd_id):
         """Device.Vbd.add's transaction (device.ml:118-164,642-740)."""
         back = [("frontend-id", str(self.domid)), ("online", "1"),
-                ("removable", "1"), ("state", "1"), ("dev", "xvda"),
+                ("removable", "1"), ("state", "1"), ("dev", self.dev),
                 ("type", "phy"), ("mode", "w"), ("params", tapdev),
                 ("polling-duration", "8000"),
                 ("polling-idle-threshold", "50")] + \
@@ -239,6 +241,30 @@ class Vbd3(object):
         s.rm(self.front_ro)
         # the unplug watch again: the frontend's state is gone now
         self.rm_device_state()
+
+    def hard_shutdown(self, timeout=60):
+        """Device.Generic.hard_shutdown (device.ml:335-366; Classic, since
+        tapback offers no feature-shutdown-request, :393-397), as
+        xenopsd's VM_shutdown unplugs a VBD: online=0, both frontends
+        removed, a wait for the backend to be Closed (xenopsd waits up to
+        its hotplug timeout and goes on either way), rm_device_state.
+        Returns (the backend's state before, "closed" or "removed"):
+        tapback removes the backend itself once the frontend is gone
+        (frontend.c:517-541)."""
+        s = self.store
+        before = s.read(self.back + "/state")
+        s.xs.write("", self.back + "/online", b"0")
+        s.rm(self.front)
+        s.rm(self.front_ro)
+
+        def closed_or_removed():
+            state = s.read(self.back + "/state")
+            return "closed" if state == CLOSED else \
+                "removed" if state is None else None
+        outcome = wait_for("the backend closed or removed",
+                           closed_or_removed, timeout)
+        self.rm_device_state()
+        return before, outcome
 
     def rm_device_state(self):
         """device.ml:184-192."""

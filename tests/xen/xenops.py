@@ -1,0 +1,282 @@
+"""A VM's life as xapi and xenopsd run it, played against a real Xen PV
+domU whose disks are zfs-ng VDIs: start, reboot, shutdown (requested or
+the guest's own), in xenopsd's order (xen-api v26.1.4, cited per step).
+test_xen_vm.py plays one plug and one clean unplug of one VBD and cites
+the xenstore side (Vbd3); this module strings those steps into VM
+operations, with several VBDs and the datapath's open and close.
+
+VM_start (xenops_server.ml:1673-1721): VM_create and VM_build (here ``xl
+create -p``, a PV domain without disks, libxl 4.17 having no vbd3), then
+per VBD VBD.activate_epoch_and_plug (:1684-1697): VBD_epoch_begin
+(xenops_server_xen.ml:4022-4033 -> xapi-storage-script main.ml:1604-1617:
+Datapath.open(persistent), persistent being ``VDI.on_boot = persist``,
+xapi_xenops.ml:740-743), then vbd_plug = VBD_attach (Datapath.attach)
+and VBD_activate (Datapath.activate, then Device.Vbd.add and the block
+script: test_xen_vm.Vbd3). xapi then unpauses the domain.
+
+VM_shutdown (xenops_server.ml:1722-1761), the part every halt shares:
+Best_effort VM_pause, then per VBD vbd_unplug with force (:1664-1670):
+VBD_deactivate (xenops_server_xen.ml:4422-4548: Device.hard_shutdown,
+device.ml:335-366, Classic since tapback has no
+feature-shutdown-request, device.ml:393-397; Device.Vbd.release,
+device.ml:591-604; then Storage.deactivate: Datapath.deactivate) and
+VBD_detach (:4550-4585, Storage.dp_destroy: Datapath.detach,
+storage_smapiv1_wrapper.ml:535-575), then VM_destroy (``xl destroy`` and
+the domain's backend dirs, domain.ml:909-926).
+
+* ``xe vm-reboot`` is VM_reboot with a timeout (xenops_server.ml:1854-
+  1877): VM_shutdown_domain(Reboot) (:2350-2370: Domain.shutdown writes
+  control/shutdown, domain.ml:726-747, waits for the guest's ack,
+  :753-790, then for the domain to shut down), VM_shutdown, VBD_epoch_end
+  per VBD (Datapath.close, main.ml:1639-1658), VM_start, VM_unpause. A
+  guest's own reboot takes the same path without the request
+  (xenops_server.ml:3269-3276, on_reboot = restart).
+* ``xe vm-shutdown`` is VM_poweroff with a timeout (:1823-1852):
+  VM_shutdown_domain(PowerOff), VM_shutdown, then VBD_epoch_end.
+* A guest that powers itself off gets VM_shutdown alone (VM_check_state,
+  :3264-3268, on_shutdown = destroy -> Vm.Shutdown,
+  xapi_xenops.ml:1168-1178): no VBD_epoch_end, so no Datapath.close.
+
+xl keeps a shut-down domain (on_poweroff, on_reboot and on_crash
+"preserve"), as xenopsd finds it, and the VM keeps its uuid across its
+domains, as a VM does; each boot's domain has a name of its own (a fresh
+console log).
+"""
+
+import json
+import os
+import re
+import uuid
+
+from datapath_util import uri
+from xapi_flows import domain_of
+from test_xen_vm import DEVID, DOMU_INITRD, Vbd3, console, cpio_newc, \
+    domains, tapback_slaves, wait_for, xl
+
+MiB = 1 << 20
+BLOCK = 64 * 1024
+DOMU_INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         "vm-domu")
+SHUTDOWN_REASONS = {0: "poweroff", 1: "reboot", 2: "suspend", 3: "crash"}
+
+
+def domain_info(domid):
+    """Xen's own record of a domain (xen.lowlevel.xc), or None."""
+    from xen.lowlevel import xc
+    found = [d for d in xc.xc().domain_getinfo(domid, 1)
+             if d["domid"] == domid]
+    return found[0] if found else None
+
+
+class Disk(object):
+    """One VBD of the VM: its VDI, whether it persists, its device."""
+
+    def __init__(self, vol, persistent, devid):
+        self.vol, self.persistent, self.devid = vol, persistent, devid
+        self.vbd = None
+
+
+class Vm(object):
+    """A PV VM whose disks are zfs-ng VDIs, run as xenopsd runs it."""
+
+    def __init__(self, store, plugin, dp, sr, name, tmp_path):
+        self.store, self.plugin, self.dp, self.sr = store, plugin, dp, sr
+        self.name, self.tmp = name, tmp_path
+        self.uuid = str(uuid.uuid4())
+        self.disks = []
+        self.boot = 0
+        self.domid = None
+        self.calls = []          # the datapath calls, in order
+        self.unplugs = []        # what each backend did when unplugged
+
+    def add_disk(self, vol, persistent=True):
+        self.disks.append(Disk(vol, persistent, DEVID + 16 * len(self.disks)))
+
+    # --- the storage calls ---------------------------------------------
+
+    def call(self, disk, method, **args):
+        """A Datapath call as xapi-storage-script makes it: Volume.stat
+        first (main.ml vdi_attach_common and the others)."""
+        fresh = self.plugin("Volume.stat", sr=self.sr, key=disk.vol["key"])
+        self.calls.append((method, disk.devid, self.boot))
+        return self.dp(method, uri=uri(fresh), **args)
+
+    def domain(self, disk):
+        return domain_of("vbd/%d/%s" % (self.domid, Vbd3(
+            self.store, self.domid, self.uuid, disk.devid).dev),
+            str(self.domid))
+
+    # --- VM_start -------------------------------------------------------
+
+    def start(self, plan, files=None):
+        """VM_start, then VM_unpause: a new domain of this VM, booting the
+        domU with /plan (shell assignments) and files in its initramfs;
+        returns once every blkfront is connected."""
+        self.boot += 1
+        name = "%s-%d" % (self.name, self.boot)
+        initrd = str(self.tmp / ("initrd-%d" % self.boot))
+        devs = [Vbd3(self.store, 0, self.uuid, d.devid).dev
+                for d in self.disks]
+        plan = dict(plan, BOOT=str(self.boot), DISKS=" ".join(devs))
+        text = "".join("%s=%s\n" % (k, shell_word(v))
+                       for k, v in sorted(plan.items()))
+        with open(DOMU_INITRD, "rb") as f:
+            base = f.read()
+        with open(DOMU_INIT, "rb") as f:
+            init = f.read()
+        archive = dict((k, v) for k, v in (files or {}).items())
+        archive.update({"vm-init": init, "plan": text.encode()})
+        with open(initrd, "wb") as f:
+            f.write(base + b"\0" * (-len(base) % 4) +
+                    cpio_newc(archive, executable=("vm-init",)))
+        cfg = str(self.tmp / ("vm-%d.cfg" % self.boot))
+        with open(cfg, "w") as f:
+            f.write("\n".join([
+                'name = "%s"' % name, 'uuid = "%s"' % self.uuid,
+                'type = "pv"',
+                'kernel = "/boot/vmlinuz-%s"' % os.uname().release,
+                'ramdisk = "%s"' % initrd,
+                'extra = "console=hvc0 loglevel=4 rdinit=/vm-init"',
+                "memory = 256", "vcpus = 1", 'on_poweroff = "preserve"',
+                'on_reboot = "preserve"', 'on_crash = "preserve"', ""]))
+        xl("create", "-p", cfg, timeout=300)        # VM_create, VM_build
+        self.domid = int(xl("domid", name).strip())
+        self.console = name
+        for disk in self.disks:
+            self._plug(disk)
+        xl("unpause", str(self.domid))
+        wait_for("every blkfront connected", lambda: all(
+            d.vbd.state("back") == "4" and d.vbd.state("front") == "4"
+            for d in self.disks), 600, step=1)
+
+    def _plug(self, disk):
+        """VBD_epoch_begin, VBD_attach, VBD_activate (with Device.Vbd.add
+        and the block script, as test_xen_vm plays them)."""
+        domain = self.domain(disk)
+        self.call(disk, "Datapath.open", persistent=disk.persistent)
+        answer = self.call(disk, "Datapath.attach", domain=domain)
+        xendisk, block = answer["implementations"][:2]
+        assert xendisk[1]["backend_type"] == "vbd3"
+        self.call(disk, "Datapath.activate", domain=domain)
+        vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
+        vdi_id = json.dumps(["VDI", "%s/%s" % (self.sr, disk.vol["key"])])
+        vbd.add(block[1]["path"], [("backend-kind", "vbd3")] +
+                sorted(xendisk[1]["extra"].items()),
+                dp_id="vbd/%d/%s" % (self.domid, vbd.dev), vdi_id=vdi_id,
+                vbd_id=json.dumps(["%s.vbd%d" % (self.uuid,
+                                                 self.disks.index(disk)),
+                                   vbd.dev]))
+        self.store.xs.write("", vbd.back + "/vdi", vdi_id.encode())
+        vbd.block_add()
+        wait_for("%s's backend InitWait" % vbd.dev,
+                 lambda: vbd.state("back") == "2", 60)
+        disk.vbd = vbd
+
+    # --- the guest's console -------------------------------------------
+
+    def lines(self):
+        """This boot's "ZFSNG-DOMU <boot> ..." lines, the prefix cut."""
+        tag = "ZFSNG-DOMU %d " % self.boot
+        return [line.split(tag, 1)[1].rstrip("\r") for line in
+                console(self.console).splitlines() if tag in line]
+
+    def wait_said(self, what, timeout=900):
+        """Until the domU printed a line starting with what (or an error);
+        returns every line of the boot so far."""
+        wait_for("the domU's %r" % what, lambda: any(
+            line.startswith((what, "ERROR")) for line in self.lines()),
+            timeout, step=0.5)
+        lines = self.lines()
+        errors = [line for line in lines if line.startswith("ERROR")]
+        assert not errors, "\n".join([console(self.console)] + errors)
+        return lines
+
+    def said(self, key):
+        """{disk: sha256} of the boot's "<key> <disk> <sha>" lines."""
+        found = {}
+        for line in self.lines():
+            m = re.match(r"%s (\S+) ([0-9a-f]{64})$" % key, line)
+            if m:
+                found[m.group(1)] = m.group(2)
+        return found
+
+    # --- shutdown ---------------------------------------------------------
+
+    def request_shutdown(self, reason, timeout=300):
+        """VM_shutdown_domain: Domain.shutdown's write of control/shutdown
+        (in a transaction, the old value removed first), the guest's ack
+        (the value emptied or removed), then the domain shut down."""
+        path = "/local/domain/%d/control/shutdown" % self.domid
+        xs = self.store.xs
+
+        def body(t):
+            xs.rm(t, path)
+            xs.write(t, path, reason.encode())
+        self.store.transaction(body)
+        wait_for("the guest's ack of %s" % reason,
+                 lambda: self.store.read(path) in ("", None), 60)
+        self.wait_shut_down(reason, timeout)
+
+    def wait_shut_down(self, reason, timeout=300):
+        """Until Xen says the domain shut down, for reason."""
+        def shut_down():
+            info = domain_info(self.domid)
+            return info if info and info["shutdown"] else None
+        info = wait_for("domain %d to shut down" % self.domid, shut_down,
+                        timeout, step=0.5)
+        got = SHUTDOWN_REASONS.get(info["shutdown_reason"],
+                                   info["shutdown_reason"])
+        assert got == reason, "domain %d shut down for %s, not %s" % (
+            self.domid, got, reason)
+
+    def destroy(self):
+        """VM_shutdown(id, None): every VBD unplugged by force, then
+        VM_destroy. The datapath stays open (no epoch_end)."""
+        xl("pause", str(self.domid), check=False)   # Best_effort VM_pause
+        for disk in self.disks:
+            domain = self.domain(disk)
+            self.unplugs.append((self.boot, disk.vbd.dev,
+                                 disk.vbd.hard_shutdown()))
+            disk.vbd.release()
+            self.call(disk, "Datapath.deactivate", domain=domain)
+            self.call(disk, "Datapath.detach", domain=domain)  # dp_destroy
+        domid = self.domid
+        xl("destroy", str(domid))
+        # Domain.destroy's rm of the domain's backend dirs; tapback's
+        # slave for the domain ends (backend.c:1234-1248)
+        self.store.rm("/local/domain/0/backend/vbd3/%d" % domid)
+        wait_for("domain %d gone" % domid,
+                 lambda: domid not in [i for _, i in domains()], 120)
+        wait_for("tapback's slave for %d to end" % domid,
+                 lambda: domid not in tapback_slaves(), 60)
+        self.domid = None
+
+    def epoch_end(self):
+        """VBD_epoch_end of every VBD: Datapath.close."""
+        for disk in self.disks:
+            self.call(disk, "Datapath.close")
+
+    def reboot(self, plan, files=None):
+        """``xe vm-reboot``: VM_reboot with a timeout."""
+        self.request_shutdown("reboot")
+        self.destroy()
+        self.epoch_end()
+        self.start(plan, files)
+
+    def shutdown(self):
+        """``xe vm-shutdown``: VM_poweroff with a timeout."""
+        self.request_shutdown("poweroff")
+        self.destroy()
+        self.epoch_end()
+
+    def halted_by_guest(self):
+        """The guest powered itself off: VM_shutdown alone."""
+        self.wait_shut_down("poweroff")
+        self.destroy()
+
+
+def shell_word(value):
+    """A value for the domU's /plan: words of [A-Za-z0-9_./:-] only."""
+    value = str(value)
+    assert re.match(r"^[A-Za-z0-9_./: -]*$", value), value
+    return "'%s'" % value
