@@ -60,10 +60,15 @@ DOMU_INIT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 SHUTDOWN_REASONS = {0: "poweroff", 1: "reboot", 2: "suspend", 3: "crash"}
 
 
+_XC = []
+
+
 def domain_info(domid):
     """Xen's own record of a domain (xen.lowlevel.xc), or None."""
-    from xen.lowlevel import xc
-    found = [d for d in xc.xc().domain_getinfo(domid, 1)
+    if not _XC:
+        from xen.lowlevel import xc
+        _XC.append(xc.xc())
+    found = [d for d in _XC[0].domain_getinfo(domid, 1)
              if d["domid"] == domid]
     return found[0] if found else None
 
