@@ -270,7 +270,7 @@ def test_a_halted_vm_reverted_to_a_snapshot_starts_on_its_content(
     plugin("Volume.revert", sr=sr, snapshot=snap["key"], key=key)
     again = plugin("Volume.stat", sr=sr, key=key)
     for field in ("key", "uuid", "uri", "keys", "virtual_size"):
-        assert again[field] == stat[field], field
+        assert again.get(field) == stat.get(field), field
     vm.start(read)
     vm.wait_said("ready")
     assert vm.said("read") == {"xvda": sha(orig)}
