@@ -147,6 +147,14 @@ class Vm(object):
         xl("create", "-p", cfg, timeout=300)        # VM_create, VM_build
         self.domid = int(xl("domid", name).strip())
         self.console = name
+        # xenopsd makes the domain's control dir the guest's own
+        # (domain.ml:600-616, rwperm_for_guest, xenbus_utils.ml:78-79);
+        # libxl makes it read-only for the guest. Domain.shutdown's
+        # control/shutdown, removed and written again, takes its parent's
+        # permissions: without this the guest could not acknowledge it.
+        self.store.xs.set_permissions(
+            "", "/local/domain/%d/control" % self.domid,
+            [{"dom": self.domid, "read": False, "write": False}])
         for disk in self.disks:
             self._plug(disk)
         xl("unpause", str(self.domid))
