@@ -226,8 +226,14 @@ class Vm(object):
             xs.rm(t, path)
             xs.write(t, path, reason.encode())
         self.store.transaction(body)
-        wait_for("the guest's ack of %s" % reason,
-                 lambda: self.store.read(path) in ("", None), 60)
+        try:
+            wait_for("the guest's ack of %s" % reason,
+                     lambda: self.store.read(path) in ("", None), 60)
+        except AssertionError as exc:
+            raise AssertionError("%s (%s: %r, permissions %r; console:\n%s)"
+                                 % (exc, path, self.store.read(path),
+                                    xs.get_permissions("", path),
+                                    console(self.console)[-3000:]))
         self.wait_shut_down(reason, timeout)
 
     def wait_shut_down(self, reason, timeout=300):
