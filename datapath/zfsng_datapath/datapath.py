@@ -30,7 +30,7 @@ Snapshot VDIs reach a guest through a read-only clone: snapclone.py.
 Non-persistent disks (feature NONPERSISTENT, open and close): reset.py.
 """
 
-from zfsng import lock, log, meta, wire, zvoldev
+from zfsng import contentid, lock, log, meta, wire, zfs, zvoldev
 from zfsng_datapath import iostat, mirror, mirrorin, reset, scope, \
     snapclone, state, tapctl, uri as urimod
 from zfsng_datapath.errors import NotAttached, TapdiskError, \
@@ -233,6 +233,8 @@ def _activate(uri, domain, readonly):
         if target.snapshot is None:     # a disk attached before its mirror
             with lock.sr_lock(target.sr):
                 mirrorin.check_whole(target, st)
+                if not readonly:
+                    _new_content_id(target)
         zvoldev.wait(st["device"])
         path = zvoldev.link(st["device"])
         if not urimod.is_dom0(domain):
@@ -253,6 +255,22 @@ def _activate(uri, domain, readonly):
             tapctl.open_image(st["pid"], st["minor"], path, readonly)
             mirror.note_reopened(target.dataset, domain)
         return _activated(st, readonly)
+
+
+def _new_content_id(target):
+    """A fresh content_id for a live VDI about to be opened read-write:
+    its data is about to change, so what xapi once claimed it holds (the
+    id a copy set, storage_smapiv1_migrate.ml:285) is no longer true; as
+    SMAPIv1 drops the id at a read-write activate (storage_smapiv1.ml:
+    519-526). Before tapdisk opens it, one bounded zfs set of one
+    property: a call cut before or after it leaves an id of its own on
+    the VDI, either one fine (zfsng/contentid.py). xapi's copy reads the
+    destination's id before it activates it (copy_into_vdi, 171) and
+    claims the source's after (285): the claim lands after this."""
+    key = target.key()
+    log.info("%s: a fresh content_id before it is opened read-write", key)
+    zfs.set_props(target.head, {meta.CONTENT_ID: contentid.encode(
+        contentid.fresh(), key)})
 
 
 def _activated(st, readonly):

@@ -706,7 +706,8 @@ def copy_vm(vm_ref, vdi_ref):
 def xapi_copy_read(dp, plugin, sr, vol, domain, base=None):
     """copy_into_vdi's reads: with_activated_disk for the base (if any:
     the first VDI of the SR whose content_id is the new destination
-    VDI's, "" on a SMAPIv3 SR, so maybe the mirrored disk itself), then
+    VDI's; none since zfs-ng never reports "", but before that any VDI,
+    the mirrored disk itself too: played here as the worst case), then
     for the VDI copied: attach, activate, its BlockDevice read whole
     (sparse_dd), deactivate, detach, each in the reverse order; then
     set_content_id. Returns the hash read and the device's size."""
@@ -811,7 +812,8 @@ def test_a_suspended_vms_disk_and_memory_image_move(
     image = written_disk(plugin, sr, image_size)
     expected = whole_hash("/dev/zvol/" + dataset(image))
     src = written_disk(plugin, sr, size)
-    # its base may be itself: a plain VDI's content_id is "" too
+    # its base was once itself (a plain VDI's content_id was "", as the
+    # destination's): the worst case, played still
     got, read = xapi_copy_read(dp, plugin, sr, image, copy_vm(
         "OpaqueRef:" + HALTED_VM, "OpaqueRef:" + image["key"]),
         base=image)

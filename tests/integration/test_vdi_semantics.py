@@ -69,7 +69,11 @@ def test_point_in_time_data_of_snapshots_and_clones(plugin, sr):
     assert read_hash(device(sr, vdi["key"])) == second
     assert of_live["read_write"] and of_snap["read_write"]
     keys = plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"]
-    assert keys == {"vdi-type": "user", "tags-gold": "gold"}
+    assert keys == {"vdi-type": "user", "tags-gold": "gold",
+                    "content_id": vdi["keys"]["content_id"]}
+    # a clone holds its source's data: it keeps its id (xapi's base)
+    assert of_snap["keys"]["content_id"] == "c1"
+    assert of_live["keys"]["content_id"] == vdi["keys"]["content_id"]
     # the internal snapshot of the live clone is not a VDI
     listed = set(v["key"] for v in plugin("SR.ls", sr=sr))
     assert listed == {vdi["key"], snap["key"], of_snap["key"],
@@ -100,12 +104,26 @@ def test_rolling_snapshots_with_clones(plugin, sr):
         snaps.append(xapi.vdi_snapshot(plugin, sr, vdi["key"])["key"])
     clones = {1: xapi.vdi_clone(plugin, sr, snaps[1])["key"],
               3: xapi.vdi_clone(plugin, sr, snaps[3])["key"]}
-    for i in random.Random(7).sample(range(5), 3):
+    gone = random.Random(7).sample(range(5), 3)
+    for i in gone:
         xapi.vdi_destroy(plugin, sr, snaps[i])
     for i, key in clones.items():
         assert read_hash(device(sr, key)) == hashes[i]
-    listed = set(v["key"] for v in plugin("SR.ls", sr=sr))
+    # a snapshot made before content_ids were kept (none of its own)
+    # inherits its zvol's user property: it must not report the disk's
+    kept = [snaps[i] for i in range(5) if i not in gone]
+    sh("zfs", "inherit", "org.xcp-ng.zfs-ng:content-id", "%s/%s@%s" % (
+        sr, vdi["key"], kept[0]))
+    vols = plugin("SR.ls", sr=sr)
+    listed = set(v["key"] for v in vols)
     assert set(clones.values()) <= listed and vdi["key"] in listed
+    # content_id (xapi's copies pick a base by it): never "" or a key,
+    # the snapshots' their own, a clone's its snapshot's (same data)
+    ids = dict((v["key"], v["keys"]["content_id"]) for v in vols)
+    assert "" not in ids.values() and not set(ids.values()) & listed
+    assert len(set(ids[k] for k in kept + [vdi["key"]])) == len(kept) + 1
+    for i, key in clones.items():
+        assert i in gone or ids[key] == ids[snaps[i]]
     for key in list(listed):
         xapi.vdi_destroy(plugin, sr, key)
     assert zfs_names(sr) == [sr]
@@ -170,7 +188,7 @@ def test_keys_round_trip_and_survive_export_import(plugin, sr):
     sh("zpool", "export", "vdis")
     sh("zpool", "import", "-o", "cachefile=none", guid)
     stat = plugin("Volume.stat", sr=sr, key=vdi["key"])
-    assert stat["keys"] == want
+    assert stat["keys"] == dict(want, content_id=vdi["keys"]["content_id"])
     assert (stat["name"], stat["description"]) == ("n\u00e4me", "d\u00e9sc")
 
 

@@ -26,9 +26,12 @@ def vdi_create(plugin, sr, name, size, vdi_type="user", description=""):
     return plugin("Volume.stat", sr=sr, key=vol["key"])
 
 
-def vdi_snapshot(plugin, sr, key, content_id="", tags=()):
+def vdi_snapshot(plugin, sr, key, content_id=None, tags=()):
     """VDI.snapshot: Volume.snapshot, five Volume.set on the new volume,
-    one Volume.set per tag on the source."""
+    one Volume.set per tag on the source. content_id: the vdi_info's,
+    which xapi fills from the source's other-config:content_id, else its
+    location: the source's key (xapi_vdi.ml:836-840, main.ml:1442)."""
+    content_id = key if content_id is None else content_id
     snap = plugin("Volume.snapshot", sr=sr, key=key)
     now = datetime.datetime.utcnow().strftime("%Y%m%dT%H:%M:%SZ")
     for k, v in (("snapshot_time", now), ("is_a_snapshot", "true"),

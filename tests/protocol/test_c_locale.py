@@ -100,6 +100,23 @@ def test_sr_name_and_description_round_trip(world, sr):
     assert (stat["name"], stat["description"]) == (NAME + " SR", WIDE)
 
 
+def test_a_snapshot_as_xapi_makes_it_has_a_content_id_of_its_own(world,
+                                                                  sr):
+    """main.ml's VDI.snapshot: Volume.snapshot, then Volume.set of
+    content_id to the source's key; the snapshot reports neither that
+    key, nor "", nor its source's id (xapi's copies pick a base by it)."""
+    plugin, _ = world
+    vol = plugin("Volume.create", sr=sr, name=NAME, description="",
+                 size=GiB, sharable=False)
+    snap = plugin("Volume.snapshot", sr=sr, key=vol["key"])
+    plugin("Volume.set", sr=sr, key=snap["key"], k="content_id",
+           v=vol["key"])
+    got = dict((v["key"], v["keys"]["content_id"])
+               for v in plugin("SR.ls", sr=sr))
+    assert got[snap["key"]] not in ("", vol["key"], got[vol["key"]])
+    assert got[vol["key"]] == vol["keys"]["content_id"] != ""
+
+
 def test_volume_names_and_keys_round_trip(world, sr):
     plugin, state = world
     vol = plugin("Volume.create", sr=sr, name=NAME, description=WIDE,
@@ -114,7 +131,8 @@ def test_volume_names_and_keys_round_trip(world, sr):
     plugin("Volume.set", sr=sr, key=key, k="ascii", v=NAME)
     plugin("Volume.unset", sr=sr, key=key, k="ascii")
 
-    want = (WIDE + NAME, NAME, {NAME: WIDE})
+    want = (WIDE + NAME, NAME, {NAME: WIDE, "content_id": vol["keys"][
+        "content_id"]})
     stat = plugin("Volume.stat", sr=sr, key=key)
     assert (stat["name"], stat["description"], stat["keys"]) == want
     [listed] = [v for v in plugin("SR.ls", sr=sr) if v["key"] == key]

@@ -57,9 +57,12 @@ def vdi_create(sr, vdi_type="user", **kwargs):
     return call("Volume.stat", sr=sr, key=volume["key"])
 
 
-def vdi_snapshot(sr, key, content_id="", tags=()):
+def vdi_snapshot(sr, key, content_id=None, tags=()):
     """VDI.snapshot: Volume.snapshot, then Volume.set on the new volume of
-    the snapshot's own keys, then one Volume.set per tag on the source."""
+    the snapshot's own keys, then one Volume.set per tag on the source.
+    content_id: what xapi passes, by default the source's location, its
+    key (xapi_vdi.ml:836-840, main.ml:1442)."""
+    content_id = key if content_id is None else content_id
     snap = call("Volume.snapshot", sr=sr, key=key)
     for k, v in [("snapshot_time", SNAPSHOT_TIME), ("is_a_snapshot", "true"),
                  ("snapshot_of", key), ("content_id", content_id),
@@ -68,6 +71,12 @@ def vdi_snapshot(sr, key, content_id="", tags=()):
     for tag in tags:
         call("Volume.set", sr=sr, key=key, k="tag-" + tag, v=tag)
     return call("Volume.stat", sr=sr, key=snap["key"])
+
+
+def plain(keys):
+    """keys without content_id, which every VDI reports (never "")."""
+    assert keys["content_id"]
+    return dict((k, v) for k, v in keys.items() if k != "content_id")
 
 
 def clone(sr, key):
@@ -336,11 +345,12 @@ def test_fake_user_value_cap_is_optional(fake):
 
 def test_vdi_create_sets_the_vdi_type(fake, sr):
     volume = create_volume(sr, name="disk 0", description="root disk")
-    assert volume["keys"] == {}
+    assert plain(volume["keys"]) == {}
     assert call("Volume.set", sr=sr, key=volume["key"], k="vdi-type",
                 v="user") is None
     stat = call("Volume.stat", sr=sr, key=volume["key"])
-    assert stat["keys"] == {"vdi-type": "user"}
+    assert stat["keys"] == {"vdi-type": "user",
+                            "content_id": volume["keys"]["content_id"]}
     assert stat["read_write"] is True
     assert listed(sr) == {volume["key"]: stat}
 
@@ -355,7 +365,7 @@ KEYS = [
     (u"cl\u00e9 \u65e5\u672c", u"valeur \u00e9t\u00e9 \U0001F600"),
     ("tab\tkey", "tab\tvalue"),
     ("new\nline", "line 1\nline 2\r\n"),
-    ("content_id", ""),
+    ("content-id", ""),
     ("", "empty key"),
     ("quote\"s", "back\\slash '\"` $(id) ;"),
     ("json", '{"a": [1, 2], "b": null}'),
@@ -377,7 +387,7 @@ def test_keys_round_trip_byte_for_byte(fake, sr, k, v):
     raw = fake.local_props(zvol(sr, volume["key"]))[meta.VDI_KEYS]
     assert raw.encode("utf-8") and not any(ord(c) < 0x20 for c in raw)
     assert all(c in raw for c in k + v if ord(c) > 0x7f)
-    assert json.loads(raw) == expected
+    assert json.loads(raw) == plain(expected)
 
 
 def test_line_separators_stay_escaped_on_the_pool(fake, sr):
@@ -405,7 +415,7 @@ def test_text_older_versions_wrote_reads_the_same(fake, sr):
     fake.admin(u"zfs set %s='{\"cl\\u00e9\": \"\\u65e5\"}' %s"
                % (meta.VDI_KEYS, name))
     got = call("Volume.stat", sr=sr, key=volume["key"])
-    assert (got["name"], got["keys"]) == (u"Disque syst\u00e8me",
+    assert (got["name"], plain(got["keys"])) == (u"Disque syst\u00e8me",
                                           {u"cl\u00e9": u"\u65e5"})
 
 
@@ -415,7 +425,8 @@ def test_all_keys_together_and_overwrite(fake, sr):
         call("Volume.set", sr=sr, key=volume["key"], k=k, v=v)
     call("Volume.set", sr=sr, key=volume["key"], k="vdi-type", v="system")
     expected = dict(KEYS, **{"vdi-type": "system"})
-    assert call("Volume.stat", sr=sr, key=volume["key"])["keys"] == expected
+    assert plain(call("Volume.stat", sr=sr, key=volume["key"])["keys"]) == \
+        expected
 
 
 def test_unset(fake, sr):
@@ -423,11 +434,11 @@ def test_unset(fake, sr):
     call("Volume.set", sr=sr, key=volume["key"], k="a.b", v="1")
     call("Volume.set", sr=sr, key=volume["key"], k="", v="")
     assert call("Volume.unset", sr=sr, key=volume["key"], k="a.b") is None
-    assert call("Volume.stat", sr=sr, key=volume["key"])["keys"] == {
+    assert plain(call("Volume.stat", sr=sr, key=volume["key"])["keys"]) == {
         "vdi-type": "user", "": ""}
     call("Volume.unset", sr=sr, key=volume["key"], k="")
     call("Volume.unset", sr=sr, key=volume["key"], k="never-set")
-    assert call("Volume.stat", sr=sr, key=volume["key"])["keys"] == {
+    assert plain(call("Volume.stat", sr=sr, key=volume["key"])["keys"]) == {
         "vdi-type": "user"}
 
 
@@ -485,9 +496,13 @@ def test_keys_up_to_what_zfs_accepts(fake, sr):
 
 # --- VDI.snapshot ------------------------------------------------------------
 
-@pytest.mark.parametrize("content_id", ["", "9a3bb1b0-7c52-4a3e-8f2f-0c9d"
-                                            "1e2f3a4b"])
+@pytest.mark.parametrize("content_id", [None, "", "9a3bb1b0-7c52-4a3e-"
+                                        "8f2f-0c9d1e2f3a4b"])
 def test_vdi_snapshot_sequence(fake, sr, content_id):
+    """As xapi snapshots a VDI (main.ml:1425-1450): the content_id it
+    passes (the source's key, "", or a claim) is the snapshot's only if
+    it is a true and new one; the snapshot never reports the source's
+    key, "", or the id of another VDI."""
     source = vdi_create(sr, name="db", description="data", size=3 * GiB,
                         sharable=True)
     call("Volume.set", sr=sr, key=source["key"], k="mine", v="kept")
@@ -497,18 +512,25 @@ def test_vdi_snapshot_sequence(fake, sr, content_id):
     assert snap["read_write"] is False
     assert (snap["name"], snap["description"], snap["sharable"],
             snap["virtual_size"]) == ("db", "data", True, 3 * GiB)
-    assert snap["keys"] == {
+    assert plain(snap["keys"]) == {
         "snapshot_time": SNAPSHOT_TIME, "is_a_snapshot": "true",
-        "snapshot_of": source["key"], "content_id": content_id,
-        "vdi-type": "user"}
+        "snapshot_of": source["key"], "vdi-type": "user"}
+    if content_id is None or content_id == "":
+        assert snap["keys"]["content_id"] not in (
+            "", source["key"], snap["key"], source["keys"]["content_id"])
+    else:       # a claim no VDI of the SR makes: kept
+        assert snap["keys"]["content_id"] == content_id
     assert snap["uri"] == ["zfs-ng:///%s/%s@%s" % (sr, source["key"],
                                                    snap["key"])]
     now = listed(sr)
     assert set(now) == set([source["key"], snap["key"]])
     assert now[snap["key"]] == snap
-    assert now[source["key"]]["keys"] == {
+    assert plain(now[source["key"]]["keys"]) == {
         "vdi-type": "user", "mine": "kept", "tag-backup": "backup",
         u"tag-w\u00e9ekly": u"w\u00e9ekly"}
+    # the source's own is left as it was
+    assert now[source["key"]]["keys"]["content_id"] == \
+        source["keys"]["content_id"]
     assert now[source["key"]]["read_write"] is True
 
 
@@ -519,11 +541,11 @@ def test_snapshot_keys_start_empty(fake, sr):
     call("Volume.set", sr=sr, key=source["key"], k="clone-on-boot",
          v="3e1f0000-0000-4000-8000-000000000000")
     snap = call("Volume.snapshot", sr=sr, key=source["key"])
-    assert snap["keys"] == {}
-    assert call("Volume.stat", sr=sr, key=snap["key"])["keys"] == {}
+    assert plain(snap["keys"]) == {}
+    assert plain(call("Volume.stat", sr=sr, key=snap["key"])["keys"]) == {}
     copy = clone(sr, snap["key"])
-    assert copy["keys"] == {}
-    assert clone(sr, source["key"])["keys"] == {}
+    assert plain(copy["keys"]) == {}
+    assert plain(clone(sr, source["key"])["keys"]) == {}
 
 
 def test_stat_of_a_snapshot_key(fake, sr):
@@ -575,7 +597,7 @@ def test_clone_of_a_snapshot(fake, sr):
     source = vdi_create(sr, name="tmpl", size=2 * GiB)
     snap = vdi_snapshot(sr, source["key"])
     copy = clone(sr, snap["key"])
-    assert copy["read_write"] is True and copy["keys"] == {}
+    assert copy["read_write"] is True and plain(copy["keys"]) == {}
     assert (copy["name"], copy["virtual_size"]) == ("tmpl", 2 * GiB)
     assert fake.get(zvol(sr, copy["key"]), "origin") == \
         snapshot_name(fake, sr, snap["key"])
@@ -591,7 +613,7 @@ def test_clone_of_a_live_volume(fake, sr):
     fake.write(zvol(sr, source["key"]), 100 * MiB)
     mark = len(fake.calls)
     copy = clone(sr, source["key"])
-    assert copy["read_write"] is True and copy["keys"] == {}
+    assert copy["read_write"] is True and plain(copy["keys"]) == {}
     assert copy["virtual_size"] == GiB
     [internal] = [n for n in datasets(fake) if is_internal(n)]
     assert internal == "%s/%s@%s%s" % (sr, source["key"],
@@ -602,7 +624,8 @@ def test_clone_of_a_live_volume(fake, sr):
     assert ["zfs", "destroy", "-d", "--", internal] in fake.calls[mark:]
     now = listed(sr)
     assert set(now) == set([source["key"], copy["key"]])
-    assert now[source["key"]]["keys"] == {"vdi-type": "user", "keep": "me"}
+    assert plain(now[source["key"]]["keys"]) == {"vdi-type": "user",
+                                                 "keep": "me"}
     assert garbage(fake, sr) == []
     destroy(sr, copy["key"])
     assert not fake.exists(internal)          # gone with its clone
@@ -708,8 +731,8 @@ def test_vm_revert(fake, sr):
     destroy(sr, snap["key"])
     assert set(listed(sr)) == set([reverted["key"]])
     assert garbage(fake, sr) == []
-    assert call("Volume.stat", sr=sr, key=reverted["key"])["keys"] == {
-        "vdi-type": "user"}
+    assert plain(call("Volume.stat", sr=sr, key=reverted["key"])["keys"]) \
+        == {"vdi-type": "user"}
     destroy(sr, reverted["key"])
     assert_only_the_sr_is_left(fake, sr)
 

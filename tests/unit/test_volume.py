@@ -103,8 +103,14 @@ def test_volume_record(fake, sr):
         "key": key, "uuid": key, "name": name, "description": description,
         "read_write": True, "sharable": True, "virtual_size": GiB,
         "physical_utilisation": volume["physical_utilisation"],
-        "uri": ["zfs-ng:///tank/" + key], "keys": {}, "cbt_enabled": False}
+        "uri": ["zfs-ng:///tank/" + key],
+        "keys": {"content_id": volume["keys"]["content_id"]},
+        "cbt_enabled": False}
     props = fake.local_props("tank/" + key)
+    # a content_id of its own, set locally, out of the keys' JSON
+    assert json.loads(props[meta.CONTENT_ID]) == {
+        "id": volume["keys"]["content_id"], "of": key}
+    assert volume["keys"]["content_id"] not in ("", key)
     assert props[meta.VDI_UUID] == key
     assert json.loads(props[meta.VDI_NAME]) == name
     assert json.loads(props[meta.VDI_DESCRIPTION]) == description

@@ -110,6 +110,10 @@ VDI_SHARABLE = prop("sharable")
 # list_changed_blocks learnt of where it may hold data.
 # CBT_BOOKMARK: on a data-destroyed snapshot VDI (see is_data_destroyed),
 # the bookmark that keeps its place in the zvol's history.
+# The VDI's content_id (xapi's key "content_id"): what xapi's storage
+# copies match a base by (zfsng/contentid.py says why it is kept apart
+# from the keys and what it may be).
+CONTENT_ID = prop("content-id")
 CBT_ENABLED = prop("cbt")
 CBT_MAP = prop("cbt-map")
 CBT_BOOKMARK = prop("cbt-bookmark")
@@ -169,7 +173,7 @@ VOLUME_COLUMNS = ["name", "type", "volsize", "used", "usedds",
                   VDI_UUID, VDI_NAME, VDI_DESCRIPTION, VDI_KEYS,
                   VDI_SHARABLE, CBT_ENABLED, CBT_BOOKMARK, DATAPATH_CLONE,
                   COMPOSE_INTO, MIRROR_SINK, REVERTING, MIRROR_GUARD,
-                  ASIDE_OF]
+                  ASIDE_OF, CONTENT_ID, "guid"]
 
 SR_COLUMNS = ["name", "used", "available", SR_UUID, SR_NAME,
               SR_DESCRIPTION, SR_OWNER, SR_PROVISIONING, SR_VOLBLOCKSIZE,

@@ -25,7 +25,7 @@ def encode_text(text):
     control characters stay escaped (a value is one line of zfs -H
     output). decode_text reads both forms: what older versions wrote
     too."""
-    return _checked(_json(text))
+    return checked(_json(text))
 
 
 # Characters some readers take for line ends (Python's splitlines): kept
@@ -59,7 +59,7 @@ def decode_text(value, default=""):
 
 
 def encode_keys(keys):
-    return _checked(_json(keys, sort_keys=True))
+    return checked(_json(keys, sort_keys=True))
 
 
 def decode_keys(value, dataset="?"):
@@ -83,7 +83,8 @@ def encode_bool(flag):
     return "true" if flag else "false"
 
 
-def _checked(value):
+def checked(value):
+    """value, or MetadataTooLarge if the kernel would refuse it."""
     if len(value.encode("utf-8")) > MAX_VALUE:
         raise MetadataTooLarge(
             "metadata of %d bytes does not fit in a ZFS user property "

@@ -48,8 +48,8 @@ then the snapshot goes.
 Volume.destroy of such a VDI removes the bookmark and the empty zvol.
 """
 
-from zfsng import blockmap, errors, inventory, lock, log, meta, names, \
-    runner, values, wire, zdb, zfs
+from zfsng import blockmap, contentid, errors, inventory, lock, log, meta, \
+    names, runner, values, wire, zdb, zfs
 from zfsng_volume import volume as vol
 
 
@@ -218,10 +218,13 @@ def _keep_metadata(sr, rows, row, ranges):
 
 def _vdi_metadata(row):
     """The properties that make the VDI what xapi knows: its uuid, name,
-    description, keys, sharable."""
-    return dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
-                                      meta.VDI_DESCRIPTION, meta.VDI_KEYS,
-                                      meta.VDI_SHARABLE) if row.get(k))
+    description, keys, sharable, and the content_id it reports."""
+    props = dict((k, row[k]) for k in (meta.VDI_UUID, meta.VDI_NAME,
+                                       meta.VDI_DESCRIPTION, meta.VDI_KEYS,
+                                       meta.VDI_SHARABLE) if row.get(k))
+    props[meta.CONTENT_ID] = contentid.encode(contentid.reported(row),
+                                              row[meta.VDI_UUID])
+    return props
 
 
 def _volblocksize(zvol):

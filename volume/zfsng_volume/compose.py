@@ -56,8 +56,8 @@ Steps, each one command, and what a crash after each leaves:
    zvol is gone (``meta.is_composing``).
 """
 
-from zfsng import blockmap, collect, errors, inventory, lock, log, meta, \
-    rangecopy, runner, wire, zdb, zfs
+from zfsng import blockmap, collect, contentid, errors, inventory, lock, \
+    log, meta, rangecopy, runner, wire, zdb, zfs
 from zfsng_volume import volume as vol
 
 ZDB_RATE = 20000     # block pointers a second (as cbt reads them)
@@ -115,7 +115,9 @@ def _commit(sr, snap, key, rows):
     zfs.get_one(snap, ["name"])
     leaf, parent, _ = rows
     props = dict((k, leaf[k]) for k in LABELS if leaf.get(k) is not None)
-    props.update({meta.VDI_UUID: key, meta.COMPOSE_INTO: key})
+    props.update({meta.VDI_UUID: key, meta.COMPOSE_INTO: key,
+                  # its data changed: xapi's claim on either is stale
+                  meta.CONTENT_ID: contentid.encode(contentid.fresh(), key)})
     zfs.set_props(parent["name"], props)
     parent = zfs.get_one(parent["name"], meta.VOLUME_COLUMNS)
     collect.finish_compose(parent, inventory.rows(sr))

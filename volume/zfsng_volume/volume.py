@@ -38,8 +38,8 @@ the ones whose command is gone (``locked``, ``collect.free_abandoned``).
 
 import contextlib
 
-from zfsng import abandoned, collect, errors, inventory, lock, log, meta, \
-    names, ownership, values, wire, zfs
+from zfsng import abandoned, collect, contentid, errors, inventory, lock, \
+    log, meta, names, ownership, values, wire, zfs, zvoldev
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -99,6 +99,13 @@ def _keys(row):
     return dict((k, v) for k, v in keys.items() if isinstance(v, str))
 
 
+def _with_content_id(keys, row):
+    """keys with the VDI's content_id, never "" (contentid.py says why;
+    one a version before this one kept in the keys is not reported)."""
+    keys[contentid.KEY] = contentid.reported(row)
+    return keys
+
+
 def _to_volume(row):
     key = row[meta.VDI_UUID]     # its name's uuid, but for a stand-in
     if row["volsize"] is None:   # no size to tell xapi: never made up
@@ -118,7 +125,7 @@ def _to_volume(row):
         "virtual_size": _size(row, "volsize"),
         "physical_utilisation": used,
         "uri": [meta.volume_uri(meta.uri_dataset(row))],
-        "keys": _keys(row),
+        "keys": _with_content_id(_keys(row), row),
         "cbt_enabled": row.get(meta.CBT_ENABLED) == "true",
     }
 
@@ -214,12 +221,13 @@ def locked(sr):
         yield
 
 
-def _vdi_props(key, name, description, sharable, keys=None):
+def _vdi_props(key, name, description, sharable, content_id):
     return {
+        meta.CONTENT_ID: contentid.encode(content_id, key),
         meta.VDI_UUID: key,
         meta.VDI_NAME: values.encode_text(name),
         meta.VDI_DESCRIPTION: values.encode_text(description),
-        meta.VDI_KEYS: values.encode_keys(keys or {}),
+        meta.VDI_KEYS: values.encode_keys({}),
         meta.VDI_SHARABLE: values.encode_bool(sharable),
     }
 
@@ -234,7 +242,8 @@ def create(dbg, sr, name, description, size, sharable):
         rounded = _checked_size(size, block)
         key = names.new_uuid()
         dataset = meta.vdi_dataset(sr, key)
-        props = _vdi_props(key, name, description, sharable)
+        props = _vdi_props(key, name, description, sharable,
+                           contentid.fresh())
         props["volblocksize"] = str(block)
         thin = row[meta.SR_PROVISIONING] != "thick"
         log.info("creating %s (%d bytes, %s)", dataset, size,
@@ -277,7 +286,7 @@ def snapshot(dbg, sr, key):
         props = _vdi_props(
             new, values.decode_text(row[meta.VDI_NAME]),
             values.decode_text(row[meta.VDI_DESCRIPTION]),
-            row.get(meta.VDI_SHARABLE) == "true")
+            row.get(meta.VDI_SHARABLE) == "true", contentid.fresh())
         # set on the snapshot itself: a later disable_cbt on the zvol
         # does not change what the snapshot was taken with
         props[meta.CBT_ENABLED] = values.encode_bool(
@@ -299,7 +308,8 @@ def clone(dbg, sr, key):
         dataset = meta.vdi_dataset(sr, new)
         props = _vdi_props(new, values.decode_text(source[meta.VDI_NAME]),
                            values.decode_text(source[meta.VDI_DESCRIPTION]),
-                           source.get(meta.VDI_SHARABLE) == "true")
+                           source.get(meta.VDI_SHARABLE) == "true",
+                           _clone_content_id(source))
         if thick:
             props["refreservation"] = "auto"
         if meta.is_snapshot(source):
@@ -321,6 +331,16 @@ def clone(dbg, sr, key):
                 raise
             zfs.destroy(internal, defer=True)  # goes with the clone
             return _to_volume(zfs.get_one(dataset, meta.VOLUME_COLUMNS))
+
+
+def _clone_content_id(source):
+    """A clone's content_id: its source's, which holds the same data (xapi
+    needs it: contentid.py), unless the source is a live VDI something
+    holds open (a VM writing it: its data is no longer what its id
+    says); then a fresh one."""
+    if not meta.is_snapshot(source) and zvoldev.openers(source["name"]):
+        return contentid.fresh()
+    return contentid.reported(source)
 
 
 def _discard(name):
