@@ -3,7 +3,8 @@
 The guest has real OpenZFS and spare virtio disks /dev/disk/by-id/
 virtio-zfsng-d1..dN (tests/guest/run.sh). Every test starts and ends with
 those disks blank: tapdisks ended, pools on them destroyed and labels
-wiped by the ``disks`` fixture, whatever the test did. One exception: the
+wiped by the ``disks`` fixture, whatever the test did (and the datapath's
+records of attaches it left removed: forget_attaches). One exception: the
 SR a module's VDI tests share (one_disk_sr) stays on the first disk from
 one test to the next, emptied and checked after each, and goes at the
 module's end or as soon as a test leaves it other than it was made.
@@ -447,6 +448,21 @@ def plugin():
                              "ZFSNG_METRICS_PERIOD": QUIET_METRICS})
 
 
+# The datapath plugin's record of each attached VDI (a tmpfs on XCP-ng).
+DATAPATH_STATE_DIR = "/var/run/nonpersistent/zfs-ng-datapath"
+
+
+def forget_attaches():
+    """Remove the datapath's records left by a test (one that failed
+    before its detach): once its tapdisks ended and its datasets went,
+    they name nothing, and the tests after it that check nothing is left
+    attached would fail on them too."""
+    if os.path.isdir(DATAPATH_STATE_DIR):
+        for name in os.listdir(DATAPATH_STATE_DIR):
+            print("left attached, forgotten: %s" % name)
+            os.unlink(os.path.join(DATAPATH_STATE_DIR, name))
+
+
 @pytest.fixture
 def disks(request):
     """The spare disks, blank but for the module's shared SR when this
@@ -457,6 +473,7 @@ def disks(request):
     wipe(found, SHARED.pool())
     yield found
     wipe(found, SHARED.pool())
+    forget_attaches()
 
 
 @pytest.fixture(scope="module", autouse=True)

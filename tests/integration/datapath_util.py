@@ -8,7 +8,7 @@ import os
 import random
 import subprocess
 
-from conftest import sh
+from conftest import DATAPATH_STATE_DIR as STATE_DIR, sh
 from xapi_flows import domain_of
 
 MiB = 1 << 20
@@ -19,7 +19,6 @@ DATA = 4 * MiB
 DOM0 = domain_of("3f0c5a6e-9d1b-4c2a-8e7f-5b6a4c3d2e1f", "0")
 DOM0_VBD = domain_of("vbd/0/xvda", "0")
 GUEST = domain_of("vbd/5/xvda", "5")
-STATE_DIR = "/var/run/nonpersistent/zfs-ng-datapath"
 
 
 def uri(vol):

@@ -214,7 +214,9 @@ def purge(plugin, sr, snap):
     plugin("Volume.set", sr=sr, key=snap["key"], k="vdi-type",
            v="cbt_metadata")                      # what xapi does next
     kept = plugin("Volume.stat", sr=sr, key=snap["key"])
-    assert kept["keys"] == {"vdi-type": "cbt_metadata"}
+    # the id it had with its data (zfsng/contentid.py)
+    assert kept["keys"] == {"vdi-type": "cbt_metadata",
+                            "content_id": snap["keys"]["content_id"]}
     assert kept["read_write"] is False and kept["cbt_enabled"] is True
     assert kept["virtual_size"] == snap["virtual_size"]
     assert "@" + snap["key"] not in " ".join(

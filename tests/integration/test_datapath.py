@@ -217,12 +217,20 @@ def test_a_backup_and_a_copy_never_block_the_reset(dp, plugin, disks,
     assert dd_write(path, pattern(13))[0] == 0
     detach_dom0(dp, vdi, domain=DOM0_VBD, call=once)
     spath = attach_dom0(dp, snap, readonly=True, call=once)  # backup reads
+    ran = stat(plugin, sr, vdi)["keys"]["content_id"]
 
     twice(dp, "Datapath.close", uri=uri(vdi))       # VM shutdown: reset
     listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
     assert sorted(listed) == sorted([vdi["key"], snap["key"], clone["key"]])
     assert listed[vdi["key"]]["uri"] == vdi["uri"]
+    ids = dict((k, v["keys"].pop("content_id")) for k, v in listed.items())
     assert listed[vdi["key"]]["keys"] == {"vdi-type": "user"}
+    # content_ids (xapi's copies pick a base by them): the reset disk's
+    # is new, not the one it had while its run wrote to it nor its
+    # snapshot's or clone's; the snapshot's its own
+    mine, snapped, cloned = (ids[v["key"]] for v in (vdi, snap, clone))
+    assert mine not in ("", ran, snapped, cloned), (ids, ran)
+    assert snapped not in ("", cloned), ids
     moved = listed[snap["key"]]
     assert moved["uri"] != snap["uri"]
     assert dd_hash(spath) == sha(run)        # the backup read on, unharmed
@@ -297,15 +305,20 @@ def test_a_reset_killed_at_each_step_is_finished_by_the_next_call(
         assert rc == 137, (n, rc, out)
         listed = dict((v["key"], v) for v in plugin("SR.ls", sr=sr))
         assert listed[vdi["key"]]["uri"] == vdi["uri"], n
-        assert listed[vdi["key"]]["keys"] == {"keep": "me"}, n
+        keys = listed[vdi["key"]]["keys"]
+        was = keys.pop("content_id")    # the run's, or the reset disk's
+        assert keys == {"keep": "me"}, n
         assert snap["key"] in listed, n
+        assert was not in ("", snap["keys"]["content_id"]), n
         dp("Datapath.open", uri=uri(vdi), persistent=False)  # VM start
         path = attach_dom0(dp, vdi, call=once)
         assert dd_hash(path) == sha(base), n
         detach_dom0(dp, vdi, call=once)
         dp("Datapath.close", uri=uri(vdi))
-        assert plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"] == \
-            {"keep": "me"}
+        keys = plugin("Volume.stat", sr=sr, key=vdi["key"])["keys"]
+        assert keys.pop("content_id") not in (
+            "", was, snap["keys"]["content_id"]), n    # reset: a new one
+        assert keys == {"keep": "me"}, n
         plugin("Volume.destroy", sr=sr, key=snap["key"])
     for vol in plugin("SR.ls", sr=sr):
         plugin("Volume.destroy", sr=sr, key=vol["key"])

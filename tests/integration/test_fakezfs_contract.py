@@ -73,8 +73,8 @@ for _dir in ("tests/unit", "volume", "datapath"):
         sys.path.insert(0, _path)
 
 import fakezfs  # noqa: E402
-from zfsng import abandoned, collect, errors, inventory, lock, meta, \
-    names, runner, spaceguard, wire, zfs  # noqa: E402
+from zfsng import abandoned, collect, contentid, errors, inventory, lock, \
+    meta, names, runner, spaceguard, wire, zfs  # noqa: E402
 from zfsng_volume import alert, cleanup  # noqa: E402
 from zfsng_volume import main as volmain  # noqa: E402
 from zfsng import zvoldev  # noqa: E402
@@ -596,10 +596,29 @@ def _busy_retried(records, i):
 COMPARED = ("zfs", "zpool", "zdb", "lsblk", "blkid", "wipefs")
 
 
+def _derived_ids(argv, out, guids, derived):
+    """Learn, from a listing with names and guids, the content_id each
+    dataset would derive (zfsng/contentid.py: from its guid, which
+    differs by nature): derived[id] = the dataset and its renamed guid,
+    so that an outcome reporting a derived id is compared by whose it is,
+    not by its value."""
+    columns = (_option(argv, "o") or "").split(",")
+    if argv[:1] != ["zfs"] or "name" not in columns or \
+            "guid" not in columns:
+        return
+    for line in out.splitlines():
+        cells = line.split("\t")
+        row = dict(zip(columns, cells))
+        if len(cells) == len(columns) and "/" in row["name"]:   # a VDI's
+            derived.setdefault(contentid.derived(row), "<derived %s %s>" % (
+                row["name"], guids(row["guid"])))
+
+
 def normalize(run):
     """[(step label, method, outcome, [commands])], every part reduced to
     what must be the same on real ZFS and on the fake."""
     guids = Guids()
+    derived = {}
     out = []
     for label, method, outcome, records in run.steps:
         commands = []
@@ -608,20 +627,23 @@ def normalize(run):
                 continue
             if _busy_retried(records, i):
                 continue
+            if rc == 0:
+                _derived_ids(argv, stdout, guids, derived)
             argv_n = [guids(a) for a in argv]
             commands.append({
                 "argv": argv_n, "ok": rc == 0,
                 "stdout": _stdout(argv, stdout, guids) if rc == 0 else None,
                 "failure": _failure(argv, rc, err),
             })
-        out.append((label, method, _outcome(outcome, guids), commands))
+        out.append((label, method, _outcome(outcome, guids, derived),
+                    commands))
     return out
 
 
 SIZES = ("physical_utilisation", "free_space", "total_space")
 
 
-def _outcome(outcome, guids):
+def _outcome(outcome, guids, derived):
     kind, value = outcome
     if kind == "error":
         return outcome
@@ -636,7 +658,7 @@ def _outcome(outcome, guids):
         if key in SIZES:
             return type(obj).__name__
         if isinstance(obj, str):
-            return guids(obj)
+            return derived.get(obj) or guids(obj)
         return obj
     return (kind, reduce(value))
 

@@ -52,12 +52,15 @@ def test_names_and_keys_round_trip(plugin, sr):
     plugin("Volume.set", sr=sr, key=key, k=NAME, v=WIDE)
     plugin("Volume.set_name", sr=sr, key=key, new_name=WIDE + NAME)
     snap = plugin("Volume.snapshot", sr=sr, key=key)
-    want = (WIDE + NAME, WIDE, {NAME: WIDE})
+    want = (WIDE + NAME, WIDE, {NAME: WIDE,
+                                "content_id": vol["keys"]["content_id"]})
     for got in (plugin("Volume.stat", sr=sr, key=key),
                 [v for v in plugin("SR.ls", sr=sr) if v["key"] == key][0]):
         assert (got["name"], got["description"], got["keys"]) == want
-    assert plugin("Volume.stat", sr=sr, key=snap["key"])["name"] == \
-        WIDE + NAME
+    of_snap = plugin("Volume.stat", sr=sr, key=snap["key"])
+    assert of_snap["name"] == WIDE + NAME
+    assert of_snap["keys"]["content_id"] not in ("", key,
+                                                 vol["keys"]["content_id"])
     dataset = "%s/%s" % (sr, key)
     assert json.loads(prop(dataset, "name")) == WIDE + NAME
     assert json.loads(prop(dataset, "keys")) == {NAME: WIDE}

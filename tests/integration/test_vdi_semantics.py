@@ -233,21 +233,28 @@ CRASH_OPS = {  # op -> (method, target, objects it needs)
 
 
 def _crash_setup(plugin, sr, op):
-    """The VDIs op works on; for destroy-last the parent and the snapshot
-    are destroyed first, so the clone is the last thing keeping them."""
+    """The VDIs op works on ({name: key}); for destroy-last the parent and
+    the snapshot are destroyed first, so the clone is the last thing
+    keeping them. Their content_ids, as made, in CONTENT_IDS."""
     made = {}
     needs = CRASH_OPS[op][2]
-    made["base"] = xapi.vdi_create(plugin, sr, "crash", 8 * MiB)["key"]
+    vols = [xapi.vdi_create(plugin, sr, "crash", 8 * MiB)]
+    made["base"] = vols[0]["key"]
     plugin("Volume.set", sr=sr, key=made["base"], k="keep", v="me")
     if "snap" in needs:
-        made["snap"] = plugin("Volume.snapshot", sr=sr,
-                              key=made["base"])["key"]
+        vols.append(plugin("Volume.snapshot", sr=sr, key=made["base"]))
+        made["snap"] = vols[-1]["key"]
     if "clone" in needs:
-        made["clone"] = plugin("Volume.clone", sr=sr, key=made["snap"])["key"]
+        vols.append(plugin("Volume.clone", sr=sr, key=made["snap"]))
+        made["clone"] = vols[-1]["key"]
+    CONTENT_IDS.update((v["key"], v["keys"]["content_id"]) for v in vols)
     if op == "destroy-last":
         plugin("Volume.destroy", sr=sr, key=made.pop("base"))
         plugin("Volume.destroy", sr=sr, key=made.pop("snap"))
     return made
+
+
+CONTENT_IDS = {}     # {key: content_id} of the VDIs _crash_setup made
 
 
 def _crash_args(sr, op, made):
@@ -260,10 +267,12 @@ def _crash_args(sr, op, made):
 
 def _kept(op, made):
     """{key: its keys} of the VDIs in made that op leaves in place: they
-    must still be listed with those keys after any crash."""
+    must still be listed with those keys after any crash, the content_id
+    each had (none of these ops changes a VDI's data) among them."""
     target = CRASH_OPS[op][1]
-    return dict((key, {"keep": "me", "vdi-type": "user"} if name == "base"
-                 else {})
+    return dict((key, dict({"keep": "me", "vdi-type": "user"}
+                           if name == "base" else {},
+                           content_id=CONTENT_IDS[key]))
                 for name, key in made.items()
                 if name != target or not op.startswith("destroy"))
 
