@@ -24,6 +24,28 @@ def hooks_on(tmp_path, monkeypatch):
     monkeypatch.setattr(testhooks, "MARKER", str(marker))
 
 
+@pytest.fixture
+def unkillable(monkeypatch):
+    """The runner's commands ignore its kill, as a process stuck in the
+    kernel does: the list of those started, each really killed at the
+    test's end."""
+    started = []
+    real_popen = subprocess.Popen
+
+    class Unkillable(real_popen):
+        def __init__(self, *args, **kwargs):
+            real_popen.__init__(self, *args, **kwargs)
+            started.append(self)
+
+        def kill(self):
+            pass
+    monkeypatch.setattr(runner.subprocess, "Popen", Unkillable)
+    yield started
+    for proc in started:
+        real_popen.kill(proc)
+        proc.wait()
+
+
 def test_output_exit_code_and_stdin():
     real = runner.SubprocessRunner()
     assert real(["printf", "%s", "a\tb"]).out == "a\tb"
@@ -212,61 +234,29 @@ def test_stream_gives_up_on_an_output_another_process_holds_open(
 
 
 def test_stream_leaves_behind_a_command_that_survives_the_kill(
-        monkeypatch, hooks_on):
+        monkeypatch, hooks_on, unkillable):
     # A process stuck in the kernel ignores SIGKILL until its I/O ends:
     # here a kill that does nothing. The call returns all the same.
     monkeypatch.setenv("ZFSNG_CMD_TIMEOUT", "0.5")
     monkeypatch.setattr(runner, "KILL_GRACE", 0.5)
-    started = []
-    real_popen = subprocess.Popen
-
-    class Unkillable(real_popen):
-        def __init__(self, *args, **kwargs):
-            real_popen.__init__(self, *args, **kwargs)
-            started.append(self)
-
-        def kill(self):
-            pass
-    monkeypatch.setattr(runner.subprocess, "Popen", Unkillable)
-    try:
-        failure = _bounded(lambda: runner.SubprocessRunner().stream(
-            ["sleep", "1000"], _drain))
-    finally:
-        for proc in started:
-            real_popen.kill(proc)
-            proc.wait()
+    failure = _bounded(lambda: runner.SubprocessRunner().stream(
+        ["sleep", "1000"], _drain))
     assert isinstance(failure, errors.CommandTimeout)
     assert "left behind" in str(failure)
-    assert failure.pid == started[0].pid
+    assert failure.pid == unkillable[0].pid
 
 
 def test_a_test_install_may_wait_less_for_a_command_stuck_in_the_kernel(
-        monkeypatch, hooks_on):
+        monkeypatch, hooks_on, unkillable):
     # test_bounds.py hangs a disk: every command it kills is stuck and
     # waited for KILL_GRACE; ZFSNG_KILL_GRACE shortens that wait, never
     # lengthens it.
     monkeypatch.setenv("ZFSNG_CMD_TIMEOUT", "0.2")
     monkeypatch.setenv("ZFSNG_KILL_GRACE", "0.3")
     assert runner.kill_grace() == 0.3
-    started = []
-    real_popen = subprocess.Popen
-
-    class Unkillable(real_popen):
-        def __init__(self, *args, **kwargs):
-            real_popen.__init__(self, *args, **kwargs)
-            started.append(self)
-
-        def kill(self):
-            pass
-    monkeypatch.setattr(runner.subprocess, "Popen", Unkillable)
     began = time.monotonic()
-    try:
-        failure = _bounded(lambda: runner.SubprocessRunner()(
-            ["sleep", "1000"]))
-    finally:
-        for proc in started:
-            real_popen.kill(proc)
-            proc.wait()
+    failure = _bounded(lambda: runner.SubprocessRunner()(
+        ["sleep", "1000"]))
     assert isinstance(failure, errors.CommandTimeout)
     assert "left behind" in str(failure)
     assert time.monotonic() - began < runner.KILL_GRACE
