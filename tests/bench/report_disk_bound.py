@@ -196,20 +196,21 @@ def _latency(d):
                     "util, latency / throughput"], rows)]
 
 
-def _variants(runs):
+def _first_seen(runs, field):
+    """The values of field in runs, each once, in the order first met."""
     out = []
     for m in runs:
-        if m["variant"] not in out:
-            out.append(m["variant"])
+        if m[field] not in out:
+            out.append(m[field])
     return out
+
+
+def _variants(runs):
+    return _first_seen(runs, "variant")
 
 
 def _workloads(runs):
-    out = []
-    for m in runs:
-        if m["workload"] not in out:
-            out.append(m["workload"])
-    return out
+    return _first_seen(runs, "workload")
 
 
 def _pair_rows(ratios, keys):
