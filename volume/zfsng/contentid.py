@@ -48,14 +48,14 @@ writes made stale since.
 """
 
 import json
-import uuid
 
 from zfsng import meta, names, values
 
 KEY = "content_id"
 
-# The namespace of derived ids (uuid5): zfs-ng's own, fixed for ever.
-_NAMESPACE = uuid.UUID("5b1f7a52-3c1e-4f0e-9d55-2b8f6a0c1d7e")
+# The namespace of derived ids (version 5 UUIDs): zfs-ng's own, fixed for
+# ever. Not through the uuid module: names.new_uuid says why.
+_NAMESPACE = "5b1f7a52-3c1e-4f0e-9d55-2b8f6a0c1d7e"
 
 
 def fresh():
@@ -90,8 +90,8 @@ def derived(row):
     written (Volume.stat and SR.ls change nothing): stable while the
     dataset is the same, from its name's uuid and its ZFS guid, so it is
     unique, and new for a dataset made again in its place (a new guid)."""
-    return str(uuid.uuid5(_NAMESPACE, "%s:%s" % (
-        meta.object_uuid(row["name"]), row.get("guid") or row["name"])))
+    return names.name_uuid(_NAMESPACE, "%s:%s" % (
+        meta.object_uuid(row["name"]), row.get("guid") or row["name"]))
 
 
 def reported(row):

@@ -6,6 +6,7 @@ are deliberately narrower than what ZFS accepts: nothing that starts with
 ``-``, no white space, no shell metacharacters, no ``..``.
 """
 
+import hashlib
 import os
 import re
 
@@ -42,7 +43,23 @@ def new_uuid():
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40   # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80   # RFC 4122 variant
-    h = bytes(raw).hex()
+    return _text(bytes(raw))
+
+
+def name_uuid(namespace, name):
+    """The name-based (version 5, SHA-1) UUID of name in namespace (a
+    UUID's text), as lowercase text: what ``uuid.uuid5`` gives, without
+    importing ``uuid`` (see new_uuid)."""
+    digest = bytearray(hashlib.sha1(
+        bytes.fromhex(namespace.replace("-", "")) +
+        name.encode("utf-8")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50   # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80   # RFC 4122 variant
+    return _text(bytes(digest))
+
+
+def _text(raw):
+    h = raw.hex()
     return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
 
 
