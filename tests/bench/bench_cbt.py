@@ -95,24 +95,12 @@ def _read_whole(ctx, vol):
 
 
 def bytes_read(ctx):
-    size = 64 * MiB if ctx.quick else 256 * MiB
-    vol = ctx.new_volume(size, name="cbt-backup")
-    ctx.plugin("Volume.enable_cbt", sr=ctx.sr, key=vol["key"])
-    dev = ctx.zvol_device(vol)
-    for at in range(0, size, 4 * MiB):
-        _write(dev, at, os.urandom(4 * MiB))
-    # snapshots visible as devices, for the whole-read comparison
-    common.run(["zfs", "set", "snapdev=visible",
-                common.volume_dataset(vol)])
+    vol, dev, size = _tracked_and_full(ctx, "cbt-backup")
     prev = ctx.plugin("Volume.snapshot", sr=ctx.sr, key=vol["key"])
     rnd = random.Random(6)
     rows = []
     for fraction in FRACTIONS * (1 if ctx.quick else 2):
-        touched = set()
-        for _ in range(int(size * fraction / (48 * KiB))):
-            at = rnd.randrange(0, size - 48 * KiB)
-            _write(dev, at, os.urandom(48 * KiB))   # unaligned: 1 or 2 blocks
-            touched.update(range(at // G, (at + 48 * KiB - 1) // G + 1))
+        touched = _scatter(dev, size, fraction, rnd)
         new = ctx.plugin("Volume.snapshot", sr=ctx.sr, key=vol["key"])
         common.run(["udevadm", "settle"])
         lcb_s, result = _lcb(ctx, prev, new)
@@ -143,22 +131,34 @@ def _digests(path, size):
     return out
 
 
-def _scatter(dev, size, fraction, rnd):
-    for _ in range(int(size * fraction / (48 * KiB))):
-        at = rnd.randrange(0, size - 48 * KiB)
-        _write(dev, at, os.urandom(48 * KiB))
-
-
-def after_revert(ctx):
-    """The next delta after a revert (issue 39): read against differ."""
+def _tracked_and_full(ctx, name):
+    """A CBT-enabled VDI written whole, its snapshots visible as devices
+    (for the whole-read comparisons): (vol, its device, its size)."""
     size = 64 * MiB if ctx.quick else 256 * MiB
-    vol = ctx.new_volume(size, name="cbt-revert")
+    vol = ctx.new_volume(size, name=name)
     ctx.plugin("Volume.enable_cbt", sr=ctx.sr, key=vol["key"])
     dev = ctx.zvol_device(vol)
     for at in range(0, size, 4 * MiB):
         _write(dev, at, os.urandom(4 * MiB))
     common.run(["zfs", "set", "snapdev=visible",
                 common.volume_dataset(vol)])
+    return vol, dev, size
+
+
+def _scatter(dev, size, fraction, rnd):
+    """Unaligned 48 KiB writes (1 or 2 blocks each) over fraction of the
+    device; returns the 64 KiB blocks they touched."""
+    touched = set()
+    for _ in range(int(size * fraction / (48 * KiB))):
+        at = rnd.randrange(0, size - 48 * KiB)
+        _write(dev, at, os.urandom(48 * KiB))
+        touched.update(range(at // G, (at + 48 * KiB - 1) // G + 1))
+    return touched
+
+
+def after_revert(ctx):
+    """The next delta after a revert (issue 39): read against differ."""
+    vol, dev, size = _tracked_and_full(ctx, "cbt-revert")
     rnd = random.Random(39)
     s1 = ctx.plugin("Volume.snapshot", sr=ctx.sr, key=vol["key"])
     _scatter(dev, size, 0.05, rnd)

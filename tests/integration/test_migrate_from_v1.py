@@ -174,6 +174,33 @@ def uri(vol):
     return u
 
 
+def connect(path, source):
+    """nbd_handler and mirror_pass_fds: one connection, an end to the
+    leaf's import server at path and one to the source's tapdisk."""
+    here, there = socket.socketpair()
+    pass_fd(path, there.fileno(), DP)
+    pass_fd("/var/run/blktap-control/nbdclient%d" % source.pid,
+            here.fileno(), DP)
+    here.close()
+    there.close()
+
+
+def snapshot_with_mirror(source):
+    """The source's snapshot (a copy of its file, the tapdisk paused)
+    taken once the mirror is on: then it mirrors to DP."""
+    source.tap("pause")
+    sh("cp", "--sparse=always", source.path, "/mnt/v1sr/snap.raw")
+    source.tap("unpause", "-2", "nbd:" + DP)
+
+
+def copy_in(dp, parent):
+    """xapi's copy of that snapshot into the parent, through its dom0
+    attach."""
+    device = attach_dom0(dp, parent, call=once)
+    copy_sparse("/mnt/v1sr/snap.raw", device)
+    detach_dom0(dp, parent, call=once)
+
+
 def receive_start(plugin, dp, sr, description):
     """receive_start_common, on the destination: (leaf, dummy, parent)."""
     leaf = plugin("Volume.create", sr=sr, name="web01",
@@ -195,20 +222,11 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
     path = dp("Datapath.import_activate", uri=uri(leaf), domain=MIRROR_VM)
     assert dp("Datapath.import_activate", uri=uri(leaf),
               domain=MIRROR_VM) == path
-    here, there = socket.socketpair()
-    pass_fd(path, there.fileno(), DP)
-    pass_fd("/var/run/blktap-control/nbdclient%d" % source.pid,
-            here.fileno(), DP)
-    here.close()
-    there.close()
+    connect(path, source)
     # the snapshot with the mirror on, then the copy into the parent
-    source.tap("pause")
-    sh("cp", "--sparse=always", source.path, "/mnt/v1sr/snap.raw")
-    source.tap("unpause", "-2", "nbd:" + DP)
+    snapshot_with_mirror(source)
     written = guest.count
-    device = attach_dom0(dp, parent, call=once)
-    copy_sparse("/mnt/v1sr/snap.raw", device)
-    detach_dom0(dp, parent, call=once)
+    copy_in(dp, parent)
     time.sleep(2)                            # the guest writes on
     guest.stop.set()
     guest.join(30)
@@ -358,18 +376,9 @@ def test_a_move_in_whose_sink_fills_fails_and_the_pool_keeps_room(
     log = []          # 64 KiB writes: 512 KiB each in the sink, at ashift 12
     guest = Guest(source.tapdev, 10, pause=0, log=log, size=64 * KiB)
     guest.start()
-    here, there = socket.socketpair()
-    pass_fd(path, there.fileno(), DP)
-    pass_fd("/var/run/blktap-control/nbdclient%d" % source.pid,
-            here.fileno(), DP)
-    here.close()
-    there.close()
-    source.tap("pause")
-    sh("cp", "--sparse=always", source.path, "/mnt/v1sr/snap.raw")
-    source.tap("unpause", "-2", "nbd:" + DP)
-    device = attach_dom0(dp, parent, call=once)
-    copy_sparse("/mnt/v1sr/snap.raw", device)
-    detach_dom0(dp, parent, call=once)
+    connect(path, source)
+    snapshot_with_mirror(source)
+    copy_in(dp, parent)
 
     def stats():
         return json.loads(sh("tap-ctl", "stats", "-p", str(source.pid),
