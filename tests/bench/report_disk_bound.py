@@ -63,6 +63,19 @@ def _pair(left, right, key):
                         _s((m[key] for m in right), "%.2f"))
 
 
+def _arc_caps(runs):
+    """The ARC caps (MiB, as text) the runs recorded having raised."""
+    return ", ".join("%d" % (c / MiB) for c in sorted(set(
+        m["zfs_arc_max"] for m in runs if m.get("zfs_arc_max"))))
+
+
+def _raised_caps(d):
+    """What the header adds to the ARC's cap when the redundant part
+    raised it for its runs: otherwise the header's cap reads as theirs."""
+    caps = _arc_caps(d.get("redundant") or [])
+    return " (%s MiB for the redundant part)" % caps if caps else ""
+
+
 def _pick(runs, **match):
     return [m for m in runs if all(m.get(k) == v for k, v in match.items())]
 
@@ -76,12 +89,12 @@ def render(d, out):
           "Every pool disk throttled by QEMU to **%d requests/s and %.2f "
           "MB/s** (each disk on its own), the proportions of a %s (rated "
           "%d MB/s sequential read, %d random 4k read IOPS). The ARC "
-          "capped at %d MiB, dirty data at %d MiB (ZFS and the page "
+          "capped at %d MiB%s, dirty data at %d MiB (ZFS and the page "
           "cache), caches dropped before every run; %d MiB per device, "
           "%d s runs (writes: until durable), %d repeats interleaved.\n"
           % (t["iops"], t["bps"] / 1e6, d["ssd"]["model"],
              d["ssd"]["seq_read_mb_s"], d["ssd"]["rand_read_iops"],
-             d["tuning"]["zfs_arc_max"] / MiB,
+             d["tuning"]["zfs_arc_max"] / MiB, _raised_caps(d),
              d["tuning"]["zfs_dirty_data_max"] / MiB, d["size_mib"],
              d["runtime_s"], d["runs"])]
     if failed:
@@ -223,8 +236,6 @@ def _redundant(d):
     """The redundant part: 8K and 16K blocks, redundant_metadata all
     against most, the launch workloads."""
     runs = d["redundant"]
-    caps = sorted(set(m.get("zfs_arc_max") for m in runs
-                      if m.get("zfs_arc_max")))
     rows = []
     for w in _workloads(runs):
         for v in _variants(runs):
@@ -249,7 +260,7 @@ def _redundant(d):
             "why). Ratios are run i against run i; *disk read/written "
             "per byte*: bytes the disk moved per byte fio moved.\n"
             % (d.get("defaults_size_mib", 0), d.get("defaults_seq_mib", 0),
-               d["runs"], ", ".join("%d" % (c / MiB) for c in caps)),
+               d["runs"], _arc_caps(runs)),
             _table(["pair", "workload", "IOPS", "disk read per byte",
                     "disk written per byte", "p50", "p99"],
                    _pair_rows(d.get("redundant_ratios", []),
