@@ -484,13 +484,7 @@ def latency(ctx, plan_):
             sr = ctx.new_sr("bench-lat-" + name, **options)
             vdis[name] = (sr, diskrig.DatapathDisk(ctx, sr, size,
                                                    "lat-" + name))
-        targets = dict(
-            (name, Target(vdi.dev, diskrig.zpool_syncer(ctx.pool),
-                          [diskrig.disk(1)],
-                          dataset=common.volume_dataset(vdi.vol)))
-            for name, (sr, vdi) in vdis.items())
-        props = dict((name, _zvol_props(targets[name].dataset))
-                     for name in names)
+        targets, props = _variant_targets(ctx, vdis)
         diskrig.fill([targets[n] for n in names], size)
         for workload in LATENCY_WORKLOADS:
             for i in range(plan_["runs"]):
@@ -507,6 +501,20 @@ def latency(ctx, plan_):
             vdi.close()
             _destroy_volume(ctx, sr, vdi.vol)
     return runs
+
+
+def _variant_targets(ctx, vdis):
+    """The targets of VDIs on the one-disk pool (disk 1), by name, and
+    their zvols' properties as ZFS reads them back, by name: what the
+    latency and redundant parts measure and label their runs with."""
+    targets = dict(
+        (name, Target(vdi.dev, diskrig.zpool_syncer(ctx.pool),
+                      [diskrig.disk(1)],
+                      dataset=common.volume_dataset(vdi.vol)))
+        for name, (sr, vdi) in vdis.items())
+    props = dict((name, _zvol_props(t.dataset))
+                 for name, t in targets.items())
+    return targets, props
 
 
 def _zvol_props(dataset):
@@ -566,13 +574,7 @@ def redundant(ctx, plan_):
                     common.run(["zfs", "set", "%s=%s" % prop, sr])
                 vdis[name] = (sr, diskrig.DatapathDisk(ctx, sr, size,
                                                        "red-" + name))
-            targets = dict(
-                (name, Target(vdi.dev, diskrig.zpool_syncer(ctx.pool),
-                              [diskrig.disk(1)],
-                              dataset=common.volume_dataset(vdi.vol)))
-                for name, (sr, vdi) in vdis.items())
-            props = dict((n, _zvol_props(targets[n].dataset))
-                         for n in names)
+            targets, props = _variant_targets(ctx, vdis)
             for n in names:
                 props[n]["zfs_arc_max"] = cap.value
             diskrig.fill([targets[n] for n in names], size)

@@ -395,6 +395,8 @@ def test_report_renders_the_redundant_and_slog_parts(tmp_path):
          "defaults_seq_mib": 8}
     text = "\n".join(report_disk_bound.render(d, str(tmp_path)))
     assert "raised to **512 MiB**" in text
+    # the header's cap is the rig's, with the redundant part's beside it
+    assert "capped at 64 MiB (512 MiB for the redundant part)," in text
     assert "| 8k / 16k | randwrite-4k | 2.50x (2.50-2.50) |" in text
     assert "| log-latency / nolog-latency | randwrite-4k | 4.00x" in text
     # the log device's column: 6.00 for the log pool, none without one
@@ -421,3 +423,23 @@ def test_measure_drains_the_disks_before_it_drops_the_caches(monkeypatch):
                         1)
     assert calls == ["quiet", "drop", "sync", "quiet", "fio"]
     assert m["quiet_wait_s"] == 2.0
+
+
+def test_variant_targets_label_each_vdi_with_its_own_zvol(monkeypatch):
+    class Vdi(object):
+        def __init__(self, n):
+            self.dev, self.vol = "/dev/td" + n, {"ds": "pool/sr/" + n}
+
+    monkeypatch.setattr(bench_disk_bound.common, "volume_dataset",
+                        lambda vol: vol["ds"])
+    monkeypatch.setattr(bench_disk_bound.common, "run", lambda argv: (
+        "volblocksize\t%s\nlogbias\tlatency\n"
+        % ("8192" if argv[-1].endswith("8k") else "16384")))
+    ctx = type("Ctx", (), {"pool": "bench"})()
+    targets, props = bench_disk_bound._variant_targets(
+        ctx, {"8k": ("sr1", Vdi("8k")), "16k": ("sr2", Vdi("16k"))})
+    assert targets["8k"].path == "/dev/td8k"
+    assert targets["16k"].dataset == "pool/sr/16k"
+    assert targets["8k"].disks == [diskrig.disk(1)]
+    assert props["8k"]["volblocksize"] == "8192"
+    assert props["16k"] == {"volblocksize": "16384", "logbias": "latency"}
