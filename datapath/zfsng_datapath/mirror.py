@@ -59,12 +59,12 @@ import os
 import sys
 import time
 
-from zfsng import errors, lock, log, names, runfiles, runner, spaceguard, \
-    wire
+from zfsng import attachstate, errors, lock, log, names, runfiles, runner, \
+    spaceguard, wire
 from zfsng_datapath import nbd, scope, state, tapctl, uri as urimod
 from zfsng_datapath.errors import MirrorFailed, NotAttached
 
-DIR = state.RUN_DIR + "-mirror"
+DIR = attachstate.RUN_DIR + "-mirror"
 # The bound on a job's whole life. A running VM's job lives until the VM
 # has moved, and xapi moves a VM's disks one after the other, then copies
 # their snapshots: a week covers a large VM on a slow link. A job that

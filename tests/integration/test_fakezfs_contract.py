@@ -77,8 +77,7 @@ from zfsng import abandoned, collect, contentid, errors, inventory, lock, \
     meta, names, runner, spaceguard, wire, zfs  # noqa: E402
 from zfsng_volume import alert, cleanup  # noqa: E402
 from zfsng_volume import main as volmain  # noqa: E402
-from zfsng import zvoldev  # noqa: E402
-from zfsng_datapath import state  # noqa: E402
+from zfsng import attachstate, zvoldev  # noqa: E402
 from zfsng_datapath import main as dpmain  # noqa: E402
 from zfsng_datapath import mirrorin  # noqa: E402
 
@@ -399,7 +398,7 @@ def _isolate(monkeypatch, tmp):
     monkeypatch.setattr(cleanup, "PLAN_DIR", os.path.join(tmp, "destroy"))
     monkeypatch.setattr(abandoned, "DIR", os.path.join(tmp, "abandoned"))
     monkeypatch.setattr(alert, "XE", os.path.join(tmp, "no-xe"))
-    monkeypatch.setattr(state, "RUN_DIR", os.path.join(tmp, "dp"))
+    monkeypatch.setattr(attachstate, "RUN_DIR", os.path.join(tmp, "dp"))
     monkeypatch.setattr(names, "new_uuid", _uuids())
 
 

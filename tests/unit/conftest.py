@@ -26,7 +26,8 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import abandoned, hostid, lock, runner, wire  # noqa: E402
+from zfsng import abandoned, attachstate, hostid, lock, runner, \
+    wire  # noqa: E402
 from zfsng_volume import alert, cleanup, main, srmetrics  # noqa: E402
 
 import fakezfs  # noqa: E402
@@ -55,11 +56,13 @@ def writers():
 @pytest.fixture(autouse=True)
 def isolated(run_dir, monkeypatch, tmp_path, writers):
     """No real command; locks in the session's own directory, SR.destroy's
-    saved clean-up plans and records of failed calls in the test's own;
+    saved clean-up plans, records of failed calls and the datapath's
+    records in the test's own;
     SR statistics files in the test's own, their writers never started."""
     monkeypatch.setattr(lock, "RUN_DIR", run_dir)
     monkeypatch.setattr(cleanup, "PLAN_DIR", str(tmp_path / "destroy"))
     monkeypatch.setattr(abandoned, "DIR", str(tmp_path / "abandoned"))
+    monkeypatch.setattr(attachstate, "RUN_DIR", str(tmp_path / "dpstate"))
     monkeypatch.setattr(alert, "XE", os.path.join(run_dir, "no-xe"))
     monkeypatch.setattr(srmetrics, "DIR", str(tmp_path / "metrics"))
     monkeypatch.setattr(srmetrics, "_spawn", writers.append)

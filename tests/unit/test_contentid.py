@@ -7,14 +7,15 @@ the source's key), copy_into_sr's nearest and clone, copy_into_vdi's
 read, activate and claim."""
 
 import json
+import os
 
 import pytest
 
-from zfsng import contentid, meta, zvoldev
+from zfsng import attachstate, contentid, meta, zvoldev
 
 from conftest import call
 from test_datapath import (GUEST, DOM0, create_sr, create_volume,  # noqa
-                           dp, host, uri_of)
+                           dataset_of, dp, host, uri_of)
 
 GiB = 1 << 30
 
@@ -124,6 +125,66 @@ def test_a_clone_of_a_disk_in_use_gets_a_fresh_id(sr, monkeypatch):
     monkeypatch.setattr(zvoldev, "openers", lambda name: [4242])
     c = call("Volume.clone", sr=sr, key=k)["key"]
     assert cid(sr, c) not in (cid(sr, k), "")
+
+
+@pytest.mark.parametrize("domain,tapdisk_died", [(GUEST, True),
+                                                 (GUEST, False),
+                                                 (DOM0, False)])
+def test_a_clone_of_a_disk_activated_read_write_gets_a_fresh_id(
+        sr, host, domain, tapdisk_died):
+    """Nothing holds the zvol open at the clone (a VM's tapdisk that died
+    and is not replaced yet; the fake opens no device at all), but the
+    VM writes on once Datapath.activate replaced it: the source's data
+    leaves the id a clone would share."""
+    k = disk(sr)
+    dp("Datapath.attach", uri=uri_of(stat(sr, k)), domain=domain)
+    dp("Datapath.activate", uri=uri_of(stat(sr, k)), domain=domain)
+    if tapdisk_died:
+        host.tap.kill_tapdisk(list(host.tap.tapdisks)[0])
+    assert zvoldev.openers(dataset_of(stat(sr, k))) == []
+    c = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c) not in (cid(sr, k), "")
+
+
+@pytest.mark.parametrize("then", ["activate_readonly", "deactivate"])
+def test_a_clone_of_a_disk_nobody_writes_keeps_its_id(sr, then):
+    """A read-only activate, or one a deactivate ended: no writer, the
+    clone has the same data."""
+    k = disk(sr)
+    uri = uri_of(stat(sr, k))
+    dp("Datapath.attach", uri=uri, domain=GUEST)
+    if then == "deactivate":
+        dp("Datapath.activate", uri=uri, domain=GUEST)
+    dp("Datapath." + then, uri=uri, domain=GUEST)
+    c = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c) == cid(sr, k)
+
+
+def test_records_that_are_no_writer_are_ignored_never_fatal(sr, host):
+    """The volume plugin reads what the datapath wrote: a torn, foreign or
+    unknown file, or a read-only one, is no writer, and no clone fails."""
+    k = disk(sr)
+    dataset = dataset_of(stat(sr, k))
+    os.makedirs(attachstate.RUN_DIR, exist_ok=True)
+    for name, text in [("torn.json", '{"dataset": "%s", "act' % dataset),
+                       ("list.json", json.dumps([dataset])),
+                       ("bytes.json", b"\xff\xfe".decode("latin-1")),
+                       ("ro.json", json.dumps({
+                           "dataset": dataset, "domain": "9",
+                           "active": True, "readonly": True})),
+                       ("other.json", json.dumps({
+                           "dataset": dataset + "x", "domain": "9",
+                           "active": True, "readonly": False})),
+                       ("rw.json.tmp", json.dumps({
+                           "dataset": dataset, "domain": "9",
+                           "active": True, "readonly": False}))]:
+        with open(os.path.join(attachstate.RUN_DIR, name), "w",
+                  encoding="latin-1") as f:
+            f.write(text)
+    os.makedirs(os.path.join(attachstate.RUN_DIR, "dir.json"))
+    assert attachstate.writers(dataset) == []
+    c = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c) == cid(sr, k)
 
 
 # --- Volume.set ----------------------------------------------------------

@@ -22,7 +22,7 @@ TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, "datapath"))
 sys.path.append(os.path.join(TOP, "tests", "integration"))  # xapi_flows
 
-from zfsng import errors, meta, namelimits, runner, wire, \
+from zfsng import attachstate, errors, meta, namelimits, runner, wire, \
     zvoldev  # noqa: E402
 
 from zfsng_datapath import datapath, iostat, snapclone, state, \
@@ -154,7 +154,7 @@ def new_host(root, monkeypatch):
     monkeypatch.setattr(zvoldev, "ZVOL_ID_PATHS", (h.zvol_id,))
     monkeypatch.setattr(zvoldev, "TIMEOUT", 0.3)
     monkeypatch.setattr(zvoldev, "POLL", 0.01)
-    monkeypatch.setattr(state, "RUN_DIR", str(root / "dpstate"))
+    monkeypatch.setattr(attachstate, "RUN_DIR", str(root / "dpstate"))
     monkeypatch.setattr(iostat, "PHY_DIR", os.path.join(h.dev, "sm", "phy"))
     boot = root / "boot_id"
     boot.write_text("boot-1\n")
@@ -307,7 +307,7 @@ def test_domains_as_xapi_sends_them():
 
 
 def test_state_file_names_are_unambiguous(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(attachstate, "RUN_DIR", str(tmp_path))
     assert state.path("a.b", "c") != state.path("a", "b.c")
     assert "/" not in os.path.basename(state.path("p/q@r", DOM0))
     # the names running hosts already have: an upgrade must find them
@@ -319,7 +319,7 @@ def test_state_files_of_the_longest_names_zfs_allows(tmp_path, monkeypatch):
     """A snapshot VDI's name may be 255 characters (ZFS's limit, the SR
     checked at SR.create), each '/' escaped to three: its state file is
     still a file name the file system takes, one per (dataset, domain)."""
-    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(attachstate, "RUN_DIR", str(tmp_path))
     sr = "p" * (namelimits.room_for("p") + 1)
     longest = namelimits.longest_name(sr)
     assert len(longest) == namelimits.MAX_NAME
@@ -668,8 +668,8 @@ def test_after_a_host_reboot(host, vdi, tmp_path):
     dp("Datapath.attach", uri=uri_of(vol), domain=GUEST)
     dp("Datapath.activate", uri=uri_of(vol), domain=GUEST)
     host.tap.reboot()
-    for name in os.listdir(state.RUN_DIR):       # a tmpfs: empty again
-        os.unlink(os.path.join(state.RUN_DIR, name))
+    for name in os.listdir(attachstate.RUN_DIR):  # a tmpfs: empty again
+        os.unlink(os.path.join(attachstate.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
     full_cycle(uri_of(vol), GUEST, twice=True)
     nothing_left(host)
@@ -1004,8 +1004,8 @@ def test_a_clone_from_an_earlier_boot_is_swept(host, vdi):
     dp("Datapath.attach", uri=uri_of(s1), domain=GUEST)
     # the host crashed: no detach; tapdisks, state files and boot id go
     host.tap.reboot()
-    for name in os.listdir(state.RUN_DIR):
-        os.unlink(os.path.join(state.RUN_DIR, name))
+    for name in os.listdir(attachstate.RUN_DIR):
+        os.unlink(os.path.join(attachstate.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
     assert host.zfs.exists(ro_clone(sr, s1))
     full_cycle(uri_of(s2), DOM0)
@@ -1018,8 +1018,8 @@ def test_a_clone_from_an_earlier_boot_is_reused_for_its_snapshot(host,
     sr, vol, snap = snap_vdi
     clone = ro_clone(sr, snap)
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
-    for name in os.listdir(state.RUN_DIR):
-        os.unlink(os.path.join(state.RUN_DIR, name))
+    for name in os.listdir(attachstate.RUN_DIR):
+        os.unlink(os.path.join(attachstate.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
     dp("Datapath.attach", uri=uri_of(snap), domain=DOM0)
     assert host.zfs.local_props(clone)[meta.DATAPATH_CLONE] == "boot-2"
@@ -1574,8 +1574,8 @@ def _cut_ro_clone(host, snap, domain=DOM0):
         with pytest.raises(Killed):
             dp("Datapath.attach", uri=uri_of(snap), domain=domain)
     host.tap.reboot()
-    for name in os.listdir(state.RUN_DIR):
-        os.unlink(os.path.join(state.RUN_DIR, name))
+    for name in os.listdir(attachstate.RUN_DIR):
+        os.unlink(os.path.join(attachstate.RUN_DIR, name))
     host.boot_id.write_text("boot-2\n")
 
 

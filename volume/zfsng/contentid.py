@@ -17,11 +17,16 @@ and that key would match unrelated disks. Hence the rules here:
 
 - every VDI reports a content_id of its own, never "": a fresh one from
   Volume.create, Volume.snapshot and a clone of a live VDI in use; a
-  clone of a snapshot, or of a live VDI nobody holds open, has the same
-  data and keeps its source's (xapi clones the nearest VDI and needs the
+  clone of a snapshot, or of a live VDI not in use, has the same data
+  and keeps its source's (xapi clones the nearest VDI and needs the
   clone's id to find the base: without it sparse_dd would copy with no
   base onto the clone's data, and, prezeroed, leave the clone's blocks
-  where the source holds zeros);
+  where the source holds zeros). In use: a process holds its zvol open
+  (zvoldev.openers), or this host's datapath has it activated
+  read-write (zfsng/attachstate.py ``writers``), open at this instant
+  or not: a tapdisk that died is replaced on the next activate and the
+  VM writes on, so its data leaves the id a clone would share. A stale
+  record only costs a fresh id (a copy with no base), never data;
 - Volume.set of "", of a VDI's key, or of an id another VDI reports
   stores a fresh one instead (``settled``), but for the two claims xapi
   makes that are true: the id the VDI already reports (288, and 285 after

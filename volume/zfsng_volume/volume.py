@@ -38,8 +38,8 @@ the ones whose command is gone (``locked``, ``collect.free_abandoned``).
 
 import contextlib
 
-from zfsng import abandoned, collect, contentid, errors, inventory, lock, \
-    log, meta, names, ownership, values, wire, zfs, zvoldev
+from zfsng import abandoned, attachstate, collect, contentid, errors, \
+    inventory, lock, log, meta, names, ownership, values, wire, zfs, zvoldev
 
 # The largest VDI. xapi holds sizes in OCaml's int64 and Linux a block
 # device's size in a loff_t (signed 64 bits too); ZFS on a 64-bit host
@@ -335,10 +335,13 @@ def clone(dbg, sr, key):
 
 def _clone_content_id(source):
     """A clone's content_id: its source's, which holds the same data (xapi
-    needs it: contentid.py), unless the source is a live VDI something
-    holds open (a VM writing it: its data is no longer what its id
-    says); then a fresh one."""
-    if not meta.is_snapshot(source) and zvoldev.openers(source["name"]):
+    needs it: contentid.py), unless the source is a live VDI in use (a VM
+    writing it: its data is no longer what its id says); then a fresh
+    one. In use: something holds its zvol open, or this host activated
+    it read-write (its tapdisk may be dead and not yet replaced)."""
+    name = source["name"]
+    if not meta.is_snapshot(source) and (zvoldev.openers(name) or
+                                         attachstate.writers(name)):
         return contentid.fresh()
     return contentid.reported(source)
 
