@@ -14,6 +14,7 @@ detach, close. After a failure xapi repeats a call, so every call here is
 made twice in a row unless the test is about something else.
 """
 
+import json
 import os
 import re
 import signal
@@ -23,8 +24,8 @@ import time
 import pytest
 
 from conftest import PluginError, sh
-from datapath_util import GUEST, SIZE, dataset, dd_hash, dd_write, \
-    new_vdi, pattern, sha, states, uri, zfs_names
+from datapath_util import GUEST, SIZE, STATE_DIR, dataset, dd_hash, \
+    dd_write, new_vdi, pattern, sha, states, uri, zfs_names
 from xapi_flows import domain_of
 
 OTHER_GUEST = domain_of("vbd/7/xvdb", "7")
@@ -233,6 +234,30 @@ def test_a_tapdisk_killed_under_a_running_vm_is_replaced(xapi, sr, vdi):
     assert dd_hash(zvol(vdi)) == sha(two)
     xapi.stop()
     nothing_left(sr)
+
+
+def test_a_clone_of_a_disk_whose_tapdisk_died_gets_a_fresh_content_id(
+        xapi, plugin, sr, vdi):
+    """The VM's disk is activated read-write but nothing holds its zvol
+    open at the clone (its tapdisk died, not replaced yet): the VM writes
+    on after the next activate (test above), so the clone, which keeps
+    the data of now, must not share the id the disk reports (xapi's
+    copies pick a base by it: zfsng/contentid.py)."""
+    xapi.repeat = False
+    tapdev, _ = xapi.start()
+    assert dd_write(tapdev, pattern(15)) == (0, "")
+    _kill(vbd_of(tapdev)["pid"])
+    [name] = states()
+    with open(os.path.join(STATE_DIR, name)) as f:
+        record = json.load(f)
+    assert (record["active"], record["readonly"]) == (True, False)
+    clone = plugin("Volume.clone", sr=sr, key=vdi["key"])
+    source = plugin("Volume.stat", sr=sr, key=vdi["key"])
+    assert clone["keys"]["content_id"] not in (
+        source["keys"]["content_id"], "")
+    xapi.stop()
+    nothing_left(sr)
+    plugin("Volume.destroy", sr=sr, key=clone["key"])
 
 
 def test_a_tapdisk_killed_while_the_vm_holds_its_disk(xapi, sr, vdi):
