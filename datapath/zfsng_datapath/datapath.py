@@ -234,6 +234,7 @@ def _activate(uri, domain, readonly):
             with lock.sr_lock(target.sr):
                 mirrorin.check_whole(target, st)
                 if not readonly:
+                    _mark_writing(st)
                     _new_content_id(target)
         zvoldev.wait(st["device"])
         path = zvoldev.link(st["device"])
@@ -273,8 +274,21 @@ def _new_content_id(target):
         contentid.fresh(), key)})
 
 
+def _mark_writing(st):
+    """Record the read-write activate before its fresh content_id, both
+    under the SR lock a clone takes: from the id's change on, a clone of
+    the VDI sees a writer (zfsng/attachstate.py) even while tapdisk has
+    not opened the zvol yet, and gets an id of its own. A call cut after
+    this leaves the mark until deactivate or detach: a stale one only
+    costs a clone a fresh id, never data."""
+    if not st.get("writing"):
+        st["writing"] = True
+        state.save(st)
+
+
 def _activated(st, readonly):
     st["active"], st["readonly"] = True, readonly
+    st["writing"] = not readonly
     state.save(st)
     log.info("activated %s for domain %s%s", st["dataset"], st["domain"],
              " read-only" if readonly else "")
@@ -309,7 +323,7 @@ def deactivate(dbg, uri, domain):
             if row is not None and row.is_open:
                 dropped = _mirror_dropped(target, domain, st)
                 tapctl.close(st["pid"], st["minor"])
-        st["active"] = False
+        st["active"] = st["writing"] = False
         state.save(st)
         # xenopsd deactivates a migrating VM's disks after suspending it
         # and before the destination resumes it: the last moment a failed

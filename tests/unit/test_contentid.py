@@ -6,12 +6,14 @@ main.ml's VDI.snapshot (Volume.snapshot, then Volume.set of content_id to
 the source's key), copy_into_sr's nearest and clone, copy_into_vdi's
 read, activate and claim."""
 
+import errno
 import json
 import os
 
 import pytest
 
 from zfsng import attachstate, contentid, meta, zvoldev
+from zfsng_datapath.errors import TapdiskError
 
 from conftest import call
 from test_datapath import (GUEST, DOM0, create_sr, create_volume,  # noqa
@@ -144,6 +146,25 @@ def test_a_clone_of_a_disk_activated_read_write_gets_a_fresh_id(
     assert zvoldev.openers(dataset_of(stat(sr, k))) == []
     c = call("Volume.clone", sr=sr, key=k)["key"]
     assert cid(sr, c) not in (cid(sr, k), "")
+
+
+def test_a_clone_made_while_an_activate_has_not_opened_the_disk_yet(
+        sr, host):
+    """Datapath.activate gives the VDI a fresh id, then tapdisk opens it:
+    a clone in between (here: the open refused, the retry to come) must
+    not keep that id, since the VM writes once the retry opens it."""
+    k = disk(sr)
+    uri = uri_of(stat(sr, k))
+    dp("Datapath.attach", uri=uri, domain=GUEST)
+    host.tap.inject("tap-ctl open", errno.EIO)
+    with pytest.raises(TapdiskError):
+        dp("Datapath.activate", uri=uri, domain=GUEST)
+    c = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c) not in (cid(sr, k), "")
+    dp("Datapath.activate", uri=uri, domain=GUEST)
+    dp("Datapath.deactivate", uri=uri, domain=GUEST)
+    c2 = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c2) == cid(sr, k)       # no writer once deactivated
 
 
 @pytest.mark.parametrize("then", ["activate_readonly", "deactivate"])

@@ -24,6 +24,9 @@ Fields (all optional but uri/dataset/domain):
   attached   whether `tap-ctl attach` of pid to minor succeeded
   active     whether activate succeeded (and readonly: how); false again
              after deactivate
+  writing    a read-write activate began (set before its new content_id,
+             so before tapdisk opens the zvol); false after a read-only
+             activate and after deactivate
   sr_uuid    the SR's uuid; phy: the VDI's /dev/sm/phy link (iostat)
 """
 
@@ -60,12 +63,14 @@ def all_records():
 
 
 def is_writer(st):
-    """Whether the record is of a read-write activate: its domain may be
-    writing the dataset now, or again as soon as its tapdisk is replaced
-    (Datapath.activate does that on the same minor), whether or not
-    anything holds the zvol open at this instant. A record with no
-    readonly field is taken for read-write: wrong only towards caution."""
-    return st.get("active") is True and st.get("readonly") is not True
+    """Whether the record is of a read-write activate, begun or done: its
+    domain may be writing the dataset now, or as soon as its tapdisk
+    opens the zvol or is replaced (Datapath.activate does that on the same
+    minor), whether or not anything holds the zvol open at this instant.
+    A record with no readonly field is taken for read-write: wrong only
+    towards caution."""
+    return st.get("writing") is True or (
+        st.get("active") is True and st.get("readonly") is not True)
 
 
 def writers(dataset):
