@@ -170,11 +170,12 @@ class Vbd3(object):
         self.error = "/local/domain/%d/error/device/vbd/%d/error" % (
             domid, devid)
 
-    def add(self, tapdev, sm_data, dp_id, vdi_id, vbd_id):
-        """Device.Vbd.add's transaction (device.ml:118-164,642-740)."""
+    def add(self, tapdev, sm_data, dp_id, vdi_id, vbd_id, mode="w"):
+        """Device.Vbd.add's transaction (device.ml:118-164,642-740); mode
+        "r" for a read-only VBD (string_of_mode, :401)."""
         back = [("frontend-id", str(self.domid)), ("online", "1"),
                 ("removable", "1"), ("state", "1"), ("dev", self.dev),
-                ("type", "phy"), ("mode", "w"), ("params", tapdev),
+                ("type", "phy"), ("mode", mode), ("params", tapdev),
                 ("polling-duration", "8000"),
                 ("polling-idle-threshold", "50")] + \
             [("sm-data/" + k, v) for k, v in sm_data]
@@ -250,7 +251,11 @@ class Vbd3(object):
         its hotplug timeout and goes on either way), rm_device_state.
         Returns (the backend's state before, "closed" or "removed"):
         tapback removes the backend itself once the frontend is gone
-        (frontend.c:517-541)."""
+        (frontend.c:517-541). A removed backend never reads Closed:
+        xenopsd, which runs the hotplug scripts itself by default
+        (xenopsd.ml:28, device.ml:345-353), would wait for it until its
+        hotplug_timeout (300 s, xenopsd.ml:32; device.ml:355-366); this
+        play goes on as soon as tapback removed it."""
         s = self.store
         before = s.read(self.back + "/state")
         s.xs.write("", self.back + "/online", b"0")

@@ -1,18 +1,21 @@
 """A real Xen PV VM on zfs-ng disks through its life: reboots with a
 reset-on-boot disk, a snapshot and a delta backup while it writes, a
-revert while it is halted. The VM is run as xapi and xenopsd run it
+revert while it is halted, a forced halt while it writes, VBDs plugged
+into and unplugged from it while it runs (one of them read-only). The
+VM is run as xapi and xenopsd run it
 (xenops.py cites each step in xen-api v26.1.4); the disks go through
 blkfront, tapback and tapdisk as in test_xen_vm.py. Run by ``make
 test-xen`` in the test guest booted as a Xen host.
 """
 
 import re
+import subprocess
 import time
 
 import pytest
 
 from test_xen_vm import kernel_complaints, seeded, sha, tap_list, \
-    wait_for, xen_host  # noqa: F401
+    tapback_slaves, wait_for, xen_host  # noqa: F401
 from conftest import PluginError, dp, disks, new_uuid, plugin, sh, sr  # noqa: E501,F401
 from conftest import _shared_sr_ends_with_its_module  # noqa: F401
 from datapath_util import dataset, dd_hash, dd_write, new_vdi, states
@@ -34,7 +37,7 @@ def report(vm):
     print("xen-lifecycle: datapath calls (method, devid, boot): %s"
           % vm.calls, flush=True)
     print("xen-lifecycle: unplugs (boot, dev, (backend state before, "
-          "then)): %s" % vm.unplugs, flush=True)
+          "then), seconds): %s" % vm.unplugs, flush=True)
 
 
 def test_a_reset_on_boot_disk_is_back_at_every_start_a_persistent_one_keeps(
@@ -283,5 +286,180 @@ def test_a_halted_vm_reverted_to_a_snapshot_starts_on_its_content(
     sh("udevadm", "settle")
     assert dd_hash(zvol, SPAN, 0) == sha(orig)
     assert sha(content(dp, snap)[:SPAN]) == sha(orig)
+    assert tap_list() == [] and states() == []
+    assert kernel_complaints() == []
+
+
+def read_direct(path, size):
+    """The first size bytes (whole MiB) of path, read with O_DIRECT: what
+    the zvol holds, not dom0's page cache."""
+    proc = subprocess.run(["dd", "if=" + path, "bs=1M", "iflag=direct",
+                           "count=%d" % (size // MiB), "status=none"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert len(proc.stdout) == size
+    return proc.stdout
+
+
+# Writes the console may still hold when the domain goes: acknowledged
+# in the guest, their "acked" line in the console ring xenconsoled had
+# not read yet (2 KiB, 25 bytes a line), plus the write in flight.
+CONSOLE_SLACK = 96
+
+
+def test_a_vm_halted_by_force_mid_write_keeps_what_it_acked_and_boots(
+        xen_host, plugin, dp, sr, tmp_path):
+    """``xe vm-shutdown --force`` (xenops.Vm.hard_shutdown: VM_poweroff
+    with no timeout, xenops_server.ml:1823-1853) while the guest writes
+    block after block, each with O_DIRECT then fsync: no request reaches
+    the guest; the domain is paused mid-stream, its VBD unplugged by
+    force (Device.hard_shutdown, device.ml:335-366), its datapath
+    deactivated and detached, the domain destroyed, then Datapath.close.
+    Every datapath call must succeed and leave no tapdisk, minor or
+    record; the disk, read from dom0, must hold every write the guest saw
+    acknowledged (a state of its sequence, the write in flight allowed in
+    part); and the VM must start again on it and read the same."""
+    t0 = time.monotonic()
+    vol = new_vdi(plugin, sr)
+    zvol = "/dev/zvol/" + dataset(vol)
+    sh("udevadm", "settle")
+    orig = seeded(4400, REGION)
+    p = [seeded(4401 + i, REGION) for i in range(PATTERNS)]
+    assert dd_write(zvol, orig) == (0, "")
+    vm = Vm(xen_host, plugin, dp, sr, "zfsng-force", tmp_path)
+    vm.add_disk(vol)
+    vm.start({"STREAM": "xvda", "STREAM_BLOCKS": STREAM_BLOCKS,
+              "STREAM_PATTERNS": PATTERNS, "STREAM_MAX": 100000},
+             dict(("p%d.bin" % i, p[i]) for i in range(PATTERNS)))
+    wait_for("the guest's writes", lambda: acked(vm) >= 16, 600)
+    before = acked(vm)
+    domid = vm.domid
+    halt_s = vm.hard_shutdown()
+    total = acked(vm)       # what reached the console: acknowledged
+    assert total >= before
+    report(vm)
+    assert [m for m, _, _ in vm.calls] == [
+        "Datapath.open", "Datapath.attach", "Datapath.activate",
+        "Datapath.deactivate", "Datapath.detach", "Datapath.close"]
+    (_, _, unplug, unplug_s), = vm.unplugs
+    print("xen-lifecycle: forced halt in %.1fs after %d acks seen (%d at "
+          "its start): backend %s, played in %.1fs; deactivate %.1fs, "
+          "detach %.1fs, close %.1fs +%.1fs" % (
+              halt_s, total, before, unplug, unplug_s,
+              vm.took("Datapath.deactivate")[0],
+              vm.took("Datapath.detach")[0], vm.took("Datapath.close")[0],
+              time.monotonic() - t0), flush=True)
+    assert tap_list() == [] and states() == []
+    assert domid not in tapback_slaves()
+    assert xen_host.read("/local/domain/0/backend/vbd3/%d" % domid) is None
+
+    live = read_direct(zvol, REGION)
+    held = writes_held(live, orig, p, total, total + CONSOLE_SLACK)
+    assert held is not None, "the disk lost a write the guest saw " \
+        "acknowledged (%d seen on its console)" % total
+    print("xen-lifecycle: the disk holds the guest's first %d writes, %d "
+          "of them acknowledged on its console +%.1fs" % (
+              held, total, time.monotonic() - t0), flush=True)
+
+    # xe vm-start on the same disk: the guest reads what dom0 read
+    vm.start({"READ": "xvda", "SPAN_BLOCKS": STREAM_BLOCKS})
+    vm.wait_said("ready")
+    assert vm.said("read") == {"xvda": sha(live)}
+    vm.shutdown()
+    assert dd_hash(zvol, REGION, 0) == sha(live)
+    assert tap_list() == [] and states() == []
+    assert kernel_complaints() == []
+    print("xen-lifecycle: booted again on it +%.1fs"
+          % (time.monotonic() - t0), flush=True)
+
+
+HOT_SPAN = 1 * MiB
+HOT_BLOCKS = HOT_SPAN // BLOCK
+VDISK_READONLY = 4      # blkif.h; tapback's "info" for mode "r"
+
+
+def test_vbds_plugged_into_and_unplugged_from_a_running_vm(
+        xen_host, plugin, dp, sr, tmp_path):
+    """``xe vbd-plug`` and ``xe vbd-unplug`` on a running VM (xenops.Vm
+    hotplug and hotunplug: VBD_hotplug and VBD_hotunplug,
+    xenops_server.ml:1945-1948): Datapath.attach and activate, then the
+    device; the clean device removal, then deactivate and detach; never
+    open nor close (no epoch). The guest writes a pattern to the plugged
+    disk; the disk is unplugged (the pattern is on the zvol, no tapdisk
+    or record is left), plugged again, and the guest reads the pattern
+    back. A second VDI is plugged read-only (mode RO): blkfront makes it
+    a read-only disk, the guest reads it and its write fails, and the
+    VDI is unchanged."""
+    t0 = time.monotonic()
+    hot, ro = new_vdi(plugin, sr), new_vdi(plugin, sr)
+    zvols = ["/dev/zvol/" + dataset(v) for v in (hot, ro)]
+    sh("udevadm", "settle")
+    base, ro_data, h = (seeded(4500, HOT_SPAN), seeded(4501, HOT_SPAN),
+                        seeded(4502, HOT_SPAN))
+    assert dd_write(zvols[0], base) == (0, "")
+    assert dd_write(zvols[1], ro_data) == (0, "")
+    vm = Vm(xen_host, plugin, dp, sr, "zfsng-hotplug", tmp_path)
+    vm.start({"SPAN_BLOCKS": HOT_BLOCKS, "STEPS": " ".join([
+        "appear:xvda", "read:xvda", "write:xvda:/h.bin", "gone:xvda",
+        "appear:xvda", "read:xvda", "appear:xvdb", "ro:xvdb"])},
+        {"h.bin": h})
+    print("xen-lifecycle: the VM runs, no disk +%.1fs"
+          % (time.monotonic() - t0), flush=True)
+
+    # xe vbd-plug: the guest finds the disk, reads it, writes h
+    disk = vm.add_disk(hot)
+    vm.hotplug(disk)
+    vm.wait_said("wrote")
+    assert vm.said("read") == {"xvda": sha(base)}
+    assert vm.said("wrote") == {"xvda": sha(h)}
+    print("xen-lifecycle: plugged, the guest wrote +%.1fs"
+          % (time.monotonic() - t0), flush=True)
+
+    # xe vbd-unplug: blkfront lets the disk go; what it wrote is there
+    vm.hotunplug(disk)
+    vm.wait_said("gone")
+    assert tap_list() == [] and states() == []
+    assert dd_hash(zvols[0], HOT_SPAN, 0) == sha(h)
+    print("xen-lifecycle: unplugged +%.1fs" % (time.monotonic() - t0),
+          flush=True)
+
+    # xe vbd-plug again, and a read-only VBD of the other VDI
+    vm.hotplug(disk)
+    ro_disk = vm.add_disk(ro, readonly=True)
+    ro_id = plugin("Volume.stat", sr=sr, key=ro["key"])["keys"].get(
+        "content_id")
+    vm.hotplug(ro_disk)
+    assert xen_host.read(ro_disk.vbd.back + "/mode") == "r"
+    assert int(xen_host.read(ro_disk.vbd.back + "/info")) & VDISK_READONLY
+    lines = vm.wait_said("ro ")
+    assert vm.said("read") == {"xvda": sha(h)}
+    seen = [m.groups() for m in (re.match(
+        r"ro xvdb (\S+) ([0-9a-f]{64}) ?(.*)$", line) for line in lines)
+        if m]
+    assert len(seen) == 1, lines
+    flag, got, error = seen[0]
+    assert (flag, got) == ("1", sha(ro_data))
+    print("xen-lifecycle: plugged again and read back; read-only xvdb "
+          "(%s): the guest's write failed: %s; content_id %s +%.1fs" % (
+              vm.activate_method(ro_disk), error,
+              "kept" if plugin("Volume.stat", sr=sr, key=ro["key"])[
+                  "keys"].get("content_id") == ro_id else "renewed",
+              time.monotonic() - t0), flush=True)
+
+    vm.shutdown()
+    report(vm)
+    methods = [m for m, _, _ in vm.calls]
+    assert "Datapath.open" not in methods
+    assert methods == [
+        "Datapath.attach", "Datapath.activate",
+        "Datapath.deactivate", "Datapath.detach",
+        "Datapath.attach", "Datapath.activate",
+        "Datapath.attach", vm.activate_method(ro_disk),
+        "Datapath.deactivate", "Datapath.detach",
+        "Datapath.deactivate", "Datapath.detach",
+        "Datapath.close", "Datapath.close"]
+    assert dd_hash(zvols[0], HOT_SPAN, 0) == sha(h)
+    assert dd_hash(zvols[1], HOT_SPAN, 0) == sha(ro_data)
     assert tap_list() == [] and states() == []
     assert kernel_complaints() == []

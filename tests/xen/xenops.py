@@ -5,7 +5,7 @@ test_xen_vm.py plays one plug and one clean unplug of one VBD and cites
 the xenstore side (Vbd3); this module strings those steps into VM
 operations, with several VBDs and the datapath's open and close.
 
-VM_start (xenops_server.ml:1673-1721): VM_create and VM_build (here ``xl
+VM_start (xenops_server.ml:1673-1739): VM_create and VM_build (here ``xl
 create -p``, a PV domain without disks, libxl 4.17 having no vbd3), then
 per VBD VBD.activate_epoch_and_plug (:1684-1697): VBD_epoch_begin
 (xenops_server_xen.ml:4022-4033 -> xapi-storage-script main.ml:1604-1617:
@@ -14,7 +14,7 @@ xapi_xenops.ml:740-743), then vbd_plug = VBD_attach (Datapath.attach)
 and VBD_activate (Datapath.activate, then Device.Vbd.add and the block
 script: test_xen_vm.Vbd3). xapi then unpauses the domain.
 
-VM_shutdown (xenops_server.ml:1722-1761), the part every halt shares:
+VM_shutdown (xenops_server.ml:1740-1766), the part every halt shares:
 Best_effort VM_pause, then per VBD vbd_unplug with force (:1664-1670):
 VBD_deactivate (xenops_server_xen.ml:4422-4548: Device.hard_shutdown,
 device.ml:335-366, Classic since tapback has no
@@ -36,6 +36,31 @@ the domain's backend dirs, domain.ml:909-926).
 * A guest that powers itself off gets VM_shutdown alone (VM_check_state,
   :3264-3268, on_shutdown = destroy -> Vm.Shutdown,
   xapi_xenops.ml:1168-1178): no VBD_epoch_end, so no Datapath.close.
+* ``xe vm-shutdown --force`` is VM.hard_shutdown (xapi_vm.ml:371-389 ->
+  Xapi_xenops.shutdown with no timeout, xapi_xenops.ml:3939-3951):
+  VM_poweroff(id, None) (xenops_server.ml:1823-1853), whose VM_shutdown
+  has no VM_shutdown_domain (:1746, map_or_empty on the timeout): the
+  domain is paused and its VBDs unplugged by force while the guest's
+  writes are in flight, then VM_destroy and VBD_epoch_end.
+* ``xe vbd-plug`` on a running VM is VBD.plug (xapi_vbd.ml:35-97 ->
+  Xapi_xenops.vbd_plug, xapi_xenops.ml:4151-4176: VBD.add, VBD.plug),
+  VBD_hotplug (xenops_server.ml:1945-1946, 2748-2750): VBD_set_active,
+  then vbd_plug (:1657-1662: VBD_attach, VBD_activate), with no
+  VBD_epoch_begin: no Datapath.open. ``xe vbd-unplug`` is VBD.unplug
+  (xapi_vbd.ml:98-115 -> xapi_xenops.ml:4178-4206, force false),
+  VBD_hotunplug (xenops_server.ml:1947-1948): vbd_unplug without force
+  (:1664-1670: VBD_deactivate, whose device shutdown is the clean one,
+  xenops_server_xen.ml:4476-4487, then VBD_detach), then VBD_set_active
+  false: no Datapath.close either.
+* A read-only VBD (mode RO): xenopsd attaches it with read_write false
+  (xenops_server_xen.ml:3987) and Device.Vbd.add writes the backend's
+  mode "r" (device.ml:401,707); xapi's storage_mux then activates it with
+  VDI.activate_readonly only if the SR declares VDI_ACTIVATE_READONLY,
+  else with VDI.activate3 (storage_mux.ml:614-638), which
+  xapi-storage-script turns into Datapath.activate_readonly or
+  Datapath.activate (main.ml:1529-1560). tapback reads mode "r" into
+  VDISK_READONLY (blktap tapback/backend.c:661-678), so blkfront makes
+  the disk read-only.
 
 xl keeps a shut-down domain (on_poweroff, on_reboot and on_crash
 "preserve"), as xenopsd finds it, and the VM keeps its uuid across its
@@ -46,6 +71,7 @@ console log).
 import json
 import os
 import re
+import time
 import uuid
 
 from datapath_util import uri
@@ -74,11 +100,13 @@ def domain_info(domid):
 
 
 class Disk(object):
-    """One VBD of the VM: its VDI, whether it persists, its device."""
+    """One VBD of the VM: its VDI, whether it persists, its device, its
+    mode (read-only or not)."""
 
-    def __init__(self, vol, persistent, devid):
+    def __init__(self, vol, persistent, devid, readonly=False):
         self.vol, self.persistent, self.devid = vol, persistent, devid
-        self.vbd = None
+        self.readonly = readonly
+        self.vbd = None         # while plugged
 
 
 class Vm(object):
@@ -92,10 +120,16 @@ class Vm(object):
         self.boot = 0
         self.domid = None
         self.calls = []          # the datapath calls, in order
+        self.seconds = []        # how long each of them took
         self.unplugs = []        # what each backend did when unplugged
+        self._features = None
 
-    def add_disk(self, vol, persistent=True):
-        self.disks.append(Disk(vol, persistent, DEVID + 16 * len(self.disks)))
+    def add_disk(self, vol, persistent=True, readonly=False):
+        """A VBD of the VM (xe vbd-create): plugged at the next start, or
+        now by hotplug()."""
+        disk = Disk(vol, persistent, DEVID + 16 * len(self.disks), readonly)
+        self.disks.append(disk)
+        return disk
 
     # --- the storage calls ---------------------------------------------
 
@@ -104,7 +138,27 @@ class Vm(object):
         first (main.ml vdi_attach_common and the others)."""
         fresh = self.plugin("Volume.stat", sr=self.sr, key=disk.vol["key"])
         self.calls.append((method, disk.devid, self.boot))
-        return self.dp(method, uri=uri(fresh), **args)
+        t0 = time.monotonic()
+        try:
+            return self.dp(method, uri=uri(fresh), **args)
+        finally:
+            self.seconds.append(time.monotonic() - t0)
+
+    def took(self, method):
+        """The seconds of each call of method so far, in order."""
+        return [s for (m, _, _), s in zip(self.calls, self.seconds)
+                if m == method]
+
+    def activate_method(self, disk):
+        """storage_mux.ml:614-638: VDI.activate_readonly for a disk
+        attached read-only on an SR that declares VDI_ACTIVATE_READONLY
+        (the volume plugin's Plugin.Query, main.ml:868-871), else
+        VDI.activate3; main.ml:1529-1563 calls the Datapath's own."""
+        if self._features is None:
+            self._features = self.plugin("Plugin.Query")["features"]
+        if disk.readonly and "VDI_ACTIVATE_READONLY" in self._features:
+            return "Datapath.activate_readonly"
+        return "Datapath.activate"
 
     def domain(self, disk):
         return domain_of("vbd/%d/%s" % (self.domid, Vbd3(
@@ -162,15 +216,17 @@ class Vm(object):
             d.vbd.state("back") == "4" and d.vbd.state("front") == "4"
             for d in self.disks), 600, step=1)
 
-    def _plug(self, disk):
-        """VBD_epoch_begin, VBD_attach, VBD_activate (with Device.Vbd.add
-        and the block script, as test_xen_vm plays them)."""
+    def _plug(self, disk, epoch_begin=True):
+        """VBD_epoch_begin (at a start, not at a hot-plug), VBD_attach,
+        VBD_activate (with Device.Vbd.add and the block script, as
+        test_xen_vm plays them)."""
         domain = self.domain(disk)
-        self.call(disk, "Datapath.open", persistent=disk.persistent)
+        if epoch_begin:
+            self.call(disk, "Datapath.open", persistent=disk.persistent)
         answer = self.call(disk, "Datapath.attach", domain=domain)
         xendisk, block = answer["implementations"][:2]
         assert xendisk[1]["backend_type"] == "vbd3"
-        self.call(disk, "Datapath.activate", domain=domain)
+        self.call(disk, self.activate_method(disk), domain=domain)
         vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
         vdi_id = json.dumps(["VDI", "%s/%s" % (self.sr, disk.vol["key"])])
         vbd.add(block[1]["path"], [("backend-kind", "vbd3")] +
@@ -178,7 +234,8 @@ class Vm(object):
                 dp_id="vbd/%d/%s" % (self.domid, vbd.dev), vdi_id=vdi_id,
                 vbd_id=json.dumps(["%s.vbd%d" % (self.uuid,
                                                  self.disks.index(disk)),
-                                   vbd.dev]))
+                                   vbd.dev]),
+                mode="r" if disk.readonly else "w")
         self.store.xs.write("", vbd.back + "/vdi", vdi_id.encode())
         vbd.block_add()
         wait_for("%s's backend InitWait" % vbd.dev,
@@ -250,15 +307,22 @@ class Vm(object):
 
     def destroy(self):
         """VM_shutdown(id, None): every VBD unplugged by force, then
-        VM_destroy. The datapath stays open (no epoch_end)."""
+        VM_destroy. The datapath stays open (no epoch_end). A VBD not
+        plugged has no device and no backend to deactivate
+        (xenops_server_xen.ml:4436-4450, 4533-4543): no call for it."""
         xl("pause", str(self.domid), check=False)   # Best_effort VM_pause
         for disk in self.disks:
+            if disk.vbd is None:
+                continue
             domain = self.domain(disk)
-            self.unplugs.append((self.boot, disk.vbd.dev,
-                                 disk.vbd.hard_shutdown()))
+            t0 = time.monotonic()
+            outcome = disk.vbd.hard_shutdown()
+            self.unplugs.append((self.boot, disk.vbd.dev, outcome,
+                                 round(time.monotonic() - t0, 1)))
             disk.vbd.release()
             self.call(disk, "Datapath.deactivate", domain=domain)
             self.call(disk, "Datapath.detach", domain=domain)  # dp_destroy
+            disk.vbd = None
         domid = self.domid
         xl("destroy", str(domid))
         # Domain.destroy's rm of the domain's backend dirs; tapback's
@@ -292,6 +356,39 @@ class Vm(object):
         """The guest powered itself off: VM_shutdown alone."""
         self.wait_shut_down("poweroff")
         self.destroy()
+
+    def hard_shutdown(self):
+        """``xe vm-shutdown --force``: VM_poweroff with no timeout, so no
+        request to the guest: VM_shutdown(id, None) (the pause, every VBD
+        unplugged by force, VM_destroy), then VBD_epoch_end. Returns the
+        seconds it took."""
+        t0 = time.monotonic()
+        self.destroy()
+        self.epoch_end()
+        return time.monotonic() - t0
+
+    # --- VBDs of a running VM -------------------------------------------
+
+    def hotplug(self, disk):
+        """``xe vbd-plug``: VBD_hotplug, VBD_attach then VBD_activate and
+        its Device.Vbd.add (no Datapath.open); xapi's call returns once
+        the block script ran (Hotplug.wait_for_plug, hotplug.ml:162-183);
+        then until the guest's blkfront connected."""
+        self._plug(disk, epoch_begin=False)
+        wait_for("%s connected" % disk.vbd.dev, lambda:
+                 disk.vbd.state("back") == "4" and
+                 disk.vbd.state("front") == "4", 600, step=1)
+
+    def hotunplug(self, disk):
+        """``xe vbd-unplug``: VBD_hotunplug without force: the clean
+        device shutdown (the guest's blkfront closes it), Vbd.release,
+        Datapath.deactivate, then Datapath.detach (no Datapath.close)."""
+        domain = self.domain(disk)
+        disk.vbd.clean_shutdown()
+        disk.vbd.release()
+        self.call(disk, "Datapath.deactivate", domain=domain)
+        self.call(disk, "Datapath.detach", domain=domain)
+        disk.vbd = None
 
 
 def shell_word(value):
