@@ -404,6 +404,7 @@ def test_vbds_plugged_into_and_unplugged_from_a_running_vm(
         "appear:xvda", "read:xvda", "write:xvda:/h.bin", "gone:xvda",
         "appear:xvda", "read:xvda", "appear:xvdb", "ro:xvdb"])},
         {"h.bin": h})
+    vm.wait_said("waiting for xvda")        # up, blkfront loaded, idle
     print("xen-lifecycle: the VM runs, no disk +%.1fs"
           % (time.monotonic() - t0), flush=True)
 

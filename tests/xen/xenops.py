@@ -238,8 +238,16 @@ class Vm(object):
                 mode="r" if disk.readonly else "w")
         self.store.xs.write("", vbd.back + "/vdi", vdi_id.encode())
         vbd.block_add()
-        wait_for("%s's backend InitWait" % vbd.dev,
-                 lambda: vbd.state("back") == "2", 60)
+        # tapback answers hotplug-status with InitWait (frontend.c:441-
+        # 444); a running guest's blkfront takes it on to Connected at once
+        try:
+            wait_for("%s's backend InitWait or on" % vbd.dev,
+                     lambda: vbd.state("back") in ("2", "3", "4"), 60)
+        except AssertionError as exc:
+            raise AssertionError("%s (backend %s, frontend %s; console:\n%s)"
+                                 % (exc, vbd.state("back"),
+                                    vbd.state("front"),
+                                    console(self.console)[-3000:]))
         disk.vbd = vbd
 
     # --- the guest's console -------------------------------------------
