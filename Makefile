@@ -199,7 +199,8 @@ test-migration:
 # A real Xen PV VM whose disk is a zfs-ng VDI (tests/xen): the guest booted
 # as a Xen 4.17 host (run.sh --xen), blkfront in a domU, tapback and
 # tapdisk in dom0; then a VM's life (reboots with a reset-on-boot disk, a
-# snapshot and a delta backup while it writes, a revert while halted).
+# snapshot and a delta backup while it writes, a revert while halted, a
+# forced halt mid-write, VBDs hot-plugged into it, one read-only).
 # Not part of make check.
 test-xen:
 	bash $(GUEST) --xen --zfs $(ZFS) --timeout 1800 -- \
@@ -270,7 +271,7 @@ guest-install:
 # faults-quick is out of check for now: check takes about 42 minutes (its
 # guest suites about 37 side by side), and the campaign's 7 more would
 # take it further from the 40 it should stay under. The real Xen VM
-# (make test-xen, about 12 minutes of guest time) is out of check for
+# (make test-xen, about 16 minutes of guest time) is out of check for
 # now: with it check measured above its 45 minutes.
 check: check-host test-guests test-multihost-2.1 test-multihost-2.3
 
