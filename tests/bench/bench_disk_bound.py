@@ -537,11 +537,19 @@ def rotated(names, i):
 def _variant_runs(targets, names, props, size, workloads, runtime_s, runs,
                   seq_bytes, part):
     """Every workload, ``runs`` times, on each target in rotated order;
-    each run labelled with its variant, run and the zvol's properties."""
+    each run labelled with its variant, run and the zvol's properties.
+    The turn goes on from one workload to the next: restarted at each,
+    the last target of a workload's last run was the first of the next
+    workload's first run (the 16K VDI's random writes then came right
+    after its own reads, with their blocks still in the ARC's floor).
+    With three targets or more none ever runs twice in a row."""
     out = []
+    turn = 0
     for workload in workloads:
         for i in range(runs):
-            for name in rotated(names, i):
+            order = rotated(names, turn)
+            turn += 1
+            for name in order:
                 m = diskrig.measure([targets[name]], size, workload,
                                     runtime_s, k=i, seq_bytes=seq_bytes)
                 m.update(m.pop("clat_us")[0])

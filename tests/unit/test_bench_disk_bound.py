@@ -355,6 +355,27 @@ def test_rotated_puts_each_variant_first_in_turn():
     assert sorted(bench_disk_bound.rotated(names, 3)) == names
 
 
+def test_variant_runs_never_run_a_target_twice_in_a_row(monkeypatch):
+    order = []
+
+    def measure(targets, size, workload, runtime_s, k, seq_bytes):
+        order.append(targets[0])
+        return {"clat_us": [{}]}
+    monkeypatch.setattr(bench_disk_bound.diskrig, "measure", measure)
+    monkeypatch.setattr(bench_disk_bound.common, "log", lambda *a: None)
+    names = ["a", "b", "c", "d"]
+    workloads = [("w%d" % n,) for n in range(3)]
+    out = bench_disk_bound._variant_runs(
+        dict((n, n) for n in names), names, dict((n, {}) for n in names),
+        1, workloads, 1, 2, None, "part")
+    assert len(order) == len(out) == 3 * 2 * 4
+    assert all(x != y for x, y in zip(order, order[1:])), order
+    for w in range(3):              # each run still has every target once
+        for r in range(2):
+            start = (w * 2 + r) * 4
+            assert sorted(order[start:start + 4]) == names
+
+
 def test_per_disk_tells_the_data_disk_from_the_log_device():
     before = [(0, 0, 0, 0), (5, 0, 5, 0)]
     after = [(10, 4096, 20, 8192), (5, 0, 105, 16384)]
