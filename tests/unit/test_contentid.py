@@ -13,11 +13,12 @@ import os
 import pytest
 
 from zfsng import attachstate, contentid, meta, zvoldev
-from zfsng_datapath.errors import TapdiskError
 
 from conftest import call
 from test_datapath import (GUEST, DOM0, create_sr, create_volume,  # noqa
                            dataset_of, dp, host, uri_of)
+# after test_datapath, which puts the datapath package on the path
+from zfsng_datapath.errors import TapdiskError  # noqa: E402
 
 GiB = 1 << 30
 
