@@ -119,6 +119,14 @@ def acked(vm):
     return n
 
 
+def start_streaming(vm, p):
+    """Start the VM with its domU rewriting the region of xvda from the
+    patterns p in turn, acking each write after its fsync."""
+    vm.start({"STREAM": "xvda", "STREAM_BLOCKS": STREAM_BLOCKS,
+              "STREAM_PATTERNS": PATTERNS, "STREAM_MAX": 100000},
+             dict(("p%d.bin" % i, p[i]) for i in range(PATTERNS)))
+
+
 def block_after(n, b, orig, p):
     """Block b of the region after the domU's first n writes: write w
     goes to block w % STREAM_BLOCKS from p[(w // STREAM_BLOCKS) %
@@ -186,9 +194,7 @@ def test_a_snapshot_and_a_delta_backup_of_a_writing_vm_hold_what_it_acked(
     base_bytes = orig + bytes(size - REGION)
     vm = Vm(xen_host, plugin, dp, sr, "zfsng-backup", tmp_path)
     vm.add_disk(vol)
-    vm.start({"STREAM": "xvda", "STREAM_BLOCKS": STREAM_BLOCKS,
-              "STREAM_PATTERNS": PATTERNS, "STREAM_MAX": 100000},
-             dict(("p%d.bin" % i, p[i]) for i in range(PATTERNS)))
+    start_streaming(vm, p)
     wait_for("the guest's first writes", lambda: acked(vm) >= 8, 600)
     before = acked(vm)
     t1 = time.monotonic()
@@ -329,9 +335,7 @@ def test_a_vm_halted_by_force_mid_write_keeps_what_it_acked_and_boots(
     assert dd_write(zvol, orig) == (0, "")
     vm = Vm(xen_host, plugin, dp, sr, "zfsng-force", tmp_path)
     vm.add_disk(vol)
-    vm.start({"STREAM": "xvda", "STREAM_BLOCKS": STREAM_BLOCKS,
-              "STREAM_PATTERNS": PATTERNS, "STREAM_MAX": 100000},
-             dict(("p%d.bin" % i, p[i]) for i in range(PATTERNS)))
+    start_streaming(vm, p)
     wait_for("the guest's writes", lambda: acked(vm) >= 16, 600)
     before = acked(vm)
     domid = vm.domid
