@@ -1,6 +1,7 @@
-"""volblocksize sweep: the evidence for zfs-ng's 16K default.
+"""volblocksize sweep: the evidence for zfs-ng's block size defaults (8K,
+16K on raidz).
 
-For each of 4K, 16K, 64K and 128K, an SR is made through the plugin on the
+For each of 4K, 8K, 16K, 64K and 128K, an SR is made through the plugin on the
 bench pool by adoption (``device-config:zpool=<pool>``,
 ``volblocksize=<size>``: child dataset ``<pool>/zfsng-<uuid>``, lz4 as
 zfs-ng sets it), with one VDI the size of the source image. The four
@@ -56,7 +57,7 @@ import common
 from measure import (MIB, fill, io_run, pool_disks, pool_leaves, pool_sync,
                      zfs_props)
 
-SIZES = ["4K", "16K", "64K", "128K"]
+SIZES = ["4K", "8K", "16K", "64K", "128K"]
 SEED = 20240517
 KIB = 1024
 
@@ -291,13 +292,17 @@ def notes(results):
     """The comparisons a reader looks for first."""
     by_size = dict((r["volblocksize"], r) for r in results)
     out = []
-    small, default, large = (by_size.get(4096), by_size.get(16384),
-                             by_size.get(131072))
+    small, eight, sixteen, large = (by_size.get(4096), by_size.get(8192),
+                                    by_size.get(16384), by_size.get(131072))
     if small and large:
         out.append("4K blocks use %.2fx the space of 128K for the same "
                    "image" % (small["space_used_bytes"]
                               / float(large["space_used_bytes"])))
-    for r in (small, default, large):
+    if eight and sixteen:
+        out.append("8K blocks use %.2fx the space of 16K for the same "
+                   "image" % (eight["space_used_bytes"]
+                              / float(sixteen["space_used_bytes"])))
+    for r in (small, eight, sixteen, large):
         if r:
             out.append("%dK: a 4k random read costs %.1fx its size in disk "
                        "reads; a 4k random write %.1fx in disk writes and "

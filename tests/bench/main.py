@@ -78,7 +78,8 @@ def main():
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
                              "backends (comma list: the defaults' names, "
-                             "tap-zvol-8k, tap-zvol-4k, tap-zvol-tput)")
+                             "tap-zvol-16k, tap-zvol-8k, tap-zvol-4k, "
+                             "tap-zvol-tput)")
     parser.add_argument("--throttle", default=None,
                         help="IOPS:BPS, the limits run.sh --throttle put on "
                              "each disk (disk-bound section)")

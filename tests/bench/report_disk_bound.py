@@ -16,7 +16,8 @@ from report import (_ratio, launch_table, plot_ratios,  # noqa: E402
 MiB = 1024.0 * 1024
 WORKLOADS = ["randread-4k", "randwrite-4k", "seqread-4M", "seqwrite-4M"]
 NAMES = ["tap-zvol", "tap-vhd-file", "tap-raw-file", "tap-vhd-ext4",
-         "tap-zvol-std", "tap-zvol-8k", "tap-zvol-4k", "tap-zvol-tput"]
+         "tap-zvol-std", "tap-zvol-16k", "tap-zvol-8k", "tap-zvol-4k",
+         "tap-zvol-tput"]
 RATIO_TEXT = {
     "zvol_vs_vhd": "tap-zvol / tap-vhd-file (zfs-ng against SMAPIv1's "
                    "ZFS SR)",
@@ -27,10 +28,12 @@ RATIO_TEXT = {
                         "EXT SR)",
     "zvolstd_vs_vhd": "tap-zvol-std / tap-vhd-file (zfs-ng with "
                       "sync=standard against SMAPIv1's ZFS SR)",
+    "zvol16k_vs_zvol": "tap-zvol-16k / tap-zvol (16K blocks against "
+                       "the default, 8K on one disk)",
     "zvol8k_vs_zvol": "tap-zvol-8k / tap-zvol (8K blocks against "
-                      "zfs-ng's 16K)",
+                      "the default: 16K before it was 8K)",
     "zvol4k_vs_zvol": "tap-zvol-4k / tap-zvol (4K blocks against "
-                      "zfs-ng's 16K)",
+                      "the default)",
     "zvoltput_vs_zvol": "tap-zvol-tput / tap-zvol (logbias=throughput "
                         "against the default latency)",
     "zvoltput_vs_vhd": "tap-zvol-tput / tap-vhd-file (zfs-ng with "
@@ -357,7 +360,8 @@ def _ceilings(out):
 def _ratio_table(d):
     rows = []
     for name in ("zvolstd_vs_vhd", "raw_vs_vhd", "zvol_vs_raw",
-                 "zvol_vs_ext4_vhd", "zvol8k_vs_zvol", "zvol4k_vs_zvol",
+                 "zvol_vs_ext4_vhd", "zvol16k_vs_zvol", "zvol8k_vs_zvol",
+                 "zvol4k_vs_zvol",
                  "zvoltput_vs_zvol", "zvoltput_vs_vhd"):
         for snap in (False, True):
             values = [_ratio(d, name, w, snap) for w in WORKLOADS]

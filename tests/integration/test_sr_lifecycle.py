@@ -52,17 +52,18 @@ def assert_reusable(disks):
     sh("zpool", "destroy", "reuse")
 
 
-def full_cycle(plugin, uuid, stored, disks):
-    """attach, VDI, detach, probe, re-attach, VDI still there, destroy."""
+def full_cycle(plugin, uuid, stored, disks, block=8192):
+    """attach, VDI, detach, probe, re-attach, VDI still there, destroy.
+    block: the default volblocksize of the layout (8K, 16K on raidz)."""
     sr = attach(plugin, stored)
     vol = plugin("Volume.create", sr=sr, name="disk one", description="first",
                  size=100 * 1024 * 1024 + 1, sharable=False)
-    assert vol["virtual_size"] % (16 * 1024) == 0
+    assert vol["virtual_size"] % block == 0
     assert vol["virtual_size"] >= 100 * 1024 * 1024 + 1
     zvol = "%s/%s" % (sr, vol["key"])
     assert zfs_get(zvol, "volsize") == [str(vol["virtual_size"])]
     assert zfs_get(zvol, "volblocksize", "volmode", "compression") == \
-        ["16384", "dev", "lz4"]
+        [str(block), "dev", "lz4"]
 
     rc, out, _ = plugin.raw("SR.detach", {"dbg": "t", "sr": sr})
     assert (rc, out) == (0, "null\n")  # unit is null, never empty
@@ -152,7 +153,7 @@ def test_raidz1_cycle(plugin, disks, new_uuid):
                        {"vdev": "raidz1 %s %s %s" % tuple(disks[:3])})
     status = sh("zpool", "status", "zfsng-test")
     assert "raidz1-0" in status
-    full_cycle(plugin, uuid, stored, disks[:3])
+    full_cycle(plugin, uuid, stored, disks[:3], block=16384)
 
 
 def test_stat_matches_zfs(plugin, disks, new_uuid):
@@ -196,6 +197,7 @@ def test_adopted_pool_is_never_exported_or_destroyed(plugin, disks,
     assert sr == "tank/zfsng-" + uuid
     vol = plugin("Volume.create", sr=sr, name="v", description="",
                  size=1 << 20, sharable=False)
+    assert zfs_get("%s/%s" % (sr, vol["key"]), "volblocksize") == ["8192"]
     assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [vol["key"]]
     plugin("SR.detach", sr=sr)
     assert "tank" in sh("zpool", "list", "-H", "-o", "name").split()
@@ -208,7 +210,9 @@ def test_adopted_pool_is_never_exported_or_destroyed(plugin, disks,
 
 
 def test_adopted_dataset(plugin, disks, new_uuid):
-    sh("zpool", "create", "-o", "cachefile=none", "tank", disks[3])
+    """On an adopted raidz pool the default volblocksize is raidz's."""
+    sh("zpool", "create", "-o", "cachefile=none", "tank", "raidz1",
+       *disks[1:4])
     sh("zfs", "create", "-o", "mountpoint=none", "tank/vms")
     uuid = new_uuid()
     stored = create_sr(plugin, uuid, {"dataset": "tank/vms",
@@ -216,6 +220,10 @@ def test_adopted_dataset(plugin, disks, new_uuid):
     sr = attach(plugin, stored)
     assert sr == "tank/vms/zfsng-" + uuid
     assert zfs_get(sr, "compression") == ["off"]
+    vol = plugin("Volume.create", sr=sr, name="v", description="",
+                 size=1 << 20, sharable=False)
+    assert zfs_get("%s/%s" % (sr, vol["key"]), "volblocksize") == ["16384"]
+    plugin("Volume.destroy", sr=sr, key=vol["key"])
     found = plugin("SR.probe", configuration={"zpool": "tank"})
     assert [r["configuration"]["sr_uuid"] for r in found] == [uuid]
     plugin("SR.destroy", sr=sr)
@@ -248,7 +256,7 @@ def test_diagnostics_report(plugin, disks, new_uuid):
     attach(plugin, stored)
     text = plugin("Plugin.diagnostics")
     assert "zpool status dg" in text and "ONLINE" in text
-    assert "org.xcp-ng.zfs-ng:volblocksize: 16384" in text
+    assert "org.xcp-ng.zfs-ng:volblocksize: 8192" in text
 
 
 @pytest.mark.parametrize("config,error", [

@@ -37,7 +37,7 @@ def test_defaults():
     assert cfg.parent is None
     assert cfg.pool_name is None
     assert cfg.compression == "lz4"
-    assert cfg.volblocksize == 16384
+    assert cfg.volblocksize is None  # SR.create picks it by the layout
     assert cfg.ashift is None
     assert cfg.provisioning == "thin"
     assert cfg.sync == "always"     # tapdisk passes no flush on
@@ -45,6 +45,19 @@ def test_defaults():
     assert cfg.force is False
     assert cfg.pool_guid is None
     assert cfg.sr_uuid is None
+
+
+@pytest.mark.parametrize("vdev,parity", [
+    ("/dev/sdb", False), ("/dev/sdb /dev/sdc", False),
+    ("mirror /dev/sdb /dev/sdc log mirror /dev/sdd /dev/sde", False),
+    ("raidz /dev/sdb /dev/sdc", True),
+    ("raidz3 /dev/sdb /dev/sdc /dev/sdd /dev/sde cache /dev/sdf", True)])
+def test_the_default_volblocksize_is_16k_on_raidz_8k_elsewhere(vdev,
+                                                              parity):
+    cfg = parse({"vdev": vdev})
+    assert cfg.creates_parity() is parity
+    assert devconfig.default_volblocksize(cfg.creates_parity()) == \
+        (16384 if parity else 8192)
 
 
 def test_every_key_is_documented_for_xe_sm_list():

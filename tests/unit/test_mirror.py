@@ -377,8 +377,9 @@ def test_a_halted_vms_job_sends_one_snapshot_and_is_done(host, vdi,
     assert mirrorjob.main(["mirrorjob", key]) == 0
     job = mirror.load(key)
     assert job["phase"] == "done" and len(job["rounds"]) == 1
+    block = host.zfs.dataset(zvol).volblocksize
     assert [(at, len(d)) for at, d in upstream.written] == [
-        (0, 16384), (512 << 20, 16384)]       # whole 16K blocks
+        (0, block), (512 << 20, block)]       # whole blocks
     assert upstream.flushed and upstream.closed
     assert not [n for n in snapshots(zvol) if meta.MIRROR_SNAPSHOT in n]
     assert not [a for a in host.calls if a[:1] == ["tap-ctl"] and

@@ -51,7 +51,7 @@ def test_device_builds_a_tuned_pool(fake):
     assert props[meta.SR_UUID] == SR_UUID
     assert props[meta.SR_OWNER] == "pool"
     assert props[meta.SR_PROVISIONING] == "thin"
-    assert props[meta.SR_VOLBLOCKSIZE] == "16384"
+    assert props[meta.SR_VOLBLOCKSIZE] == "8192"   # one disk: 8K
     assert props[meta.SR_FORMAT] == meta.FORMAT_VERSION
     assert json.loads(props[meta.SR_NAME]) == "tank"
     assert json.loads(props[meta.SR_DESCRIPTION]) == "VM disks"
@@ -88,6 +88,41 @@ def test_vdev_raidz1(fake):
     assert (vdev.kind, len(vdev.leaves)) == ("raidz1", 3)
     total = call("SR.stat", sr=sr)["total_space"]
     assert 18 * GiB < total < 20 * GiB  # two disks' worth
+
+
+@pytest.mark.parametrize("layout,block", [
+    ("mirror /dev/sdb /dev/sdc", "8192"),
+    ("/dev/sdb /dev/sdc", "8192"),
+    ("mirror /dev/sdb /dev/sdc log /dev/sdd", "8192"),
+    ("raidz /dev/sdb /dev/sdc /dev/sdd", "16384"),
+    ("raidz2 /dev/sdb /dev/sdc /dev/sdd /dev/sde", "16384"),
+])
+def test_the_default_volblocksize_follows_the_layout(fake, layout, block):
+    create({"vdev": layout})
+    assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == block
+
+
+def test_a_volblocksize_given_wins_over_the_layouts(fake):
+    create({"vdev": "raidz1 /dev/sdb /dev/sdc /dev/sdd",
+            "volblocksize": "8K"})
+    assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == "8192"
+
+
+@pytest.mark.parametrize("layout,block", [
+    ("/dev/sdc", "8192"), ("mirror /dev/sdc /dev/sdd", "8192"),
+    ("raidz1 /dev/sdc /dev/sdd /dev/sde", "16384")])
+@pytest.mark.parametrize("key,parent", [("zpool", "data"),
+                                        ("dataset", "data/vms")])
+def test_an_adopted_pools_layout_sets_the_default_volblocksize(
+        fake, layout, block, key, parent):
+    fake.admin("zpool create -m none data %s" % layout)
+    if key == "dataset":
+        fake.admin("zfs create data/vms")
+    sr, _ = create_sr({key: parent})
+    assert fake.local_props(sr)[meta.SR_VOLBLOCKSIZE] == block
+    volume = create_volume(sr)
+    assert fake.dataset("%s/%s" % (sr, volume["key"])).volblocksize == \
+        int(block)
 
 
 def test_vdev_with_log_cache_and_spare(fake):

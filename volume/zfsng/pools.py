@@ -38,13 +38,26 @@ def pool_by_name(name):
     return None
 
 
-def pool_leaf_devices(pool):
-    """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
+def _vdev_names(pool):
+    """The names in ``zpool list -vHP``: the pool, every vdev (leaves as
+    device paths, groups as mirror-0, raidz2-1, draid1:...-0) and the
+    class headers."""
     out = zfs.zpool("list", "-v", "-H", "-P", "-o", "name", "--", pool)
     # In scripted mode every vdev line is "\t<name>" followed by the fixed
     # statistics columns, whatever -o says (print_list_stats): keep the name.
-    names = [line.strip().split("\t")[0] for line in out.splitlines()]
-    return [name for name in names if name.startswith("/")]
+    return [line.strip().split("\t")[0] for line in out.splitlines()]
+
+
+def pool_leaf_devices(pool):
+    """The device paths of a pool's leaf vdevs (``zpool list -vHP``)."""
+    return [name for name in _vdev_names(pool) if name.startswith("/")]
+
+
+def has_parity(pool):
+    """Whether the pool keeps data on raidz or dRAID vdevs (only data
+    vdevs can be: log, special and dedup take disks and mirrors only)."""
+    return any(re.match(r"^(raidz|draid)", name)
+               for name in _vdev_names(pool)[1:])
 
 
 def create_pool(name, vdev_args, pool_props, fs_props, force=False):

@@ -71,6 +71,17 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
     return props
 
 
+def _choose_volblocksize(cfg):
+    """Give cfg the default volblocksize of its pool's layout unless
+    device-config set one: the pool it creates, or the adopted one as
+    ``zpool list -v`` shows it. Stored on the SR, so an SR keeps its
+    block size whatever later defaults say."""
+    if cfg.volblocksize is None:
+        parity = cfg.creates_parity() if cfg.source == "pool" else \
+            pools.has_parity(meta.pool_of(cfg.parent))
+        cfg.volblocksize = devconfig.default_volblocksize(parity)
+
+
 def _choose_pool_name(uuid, cfg, name):
     taken = set(p["name"] for p in pools.list_pools())
     if cfg.pool_name:
@@ -105,6 +116,7 @@ def _create_pool(uuid, cfg, name, description, configuration):
     # multihost: no second host can import it while this one has it
     # (see hostid); it needs this host's hostid.
     hostid.require()
+    _choose_volblocksize(cfg)
     pool_props = {"cachefile": "none", "multihost": "on"}
     if cfg.ashift is not None:
         pool_props["ashift"] = str(cfg.ashift)
@@ -135,6 +147,7 @@ def _check_adoptable(parent):
 
 def _create_child(uuid, cfg, name, description):
     _check_adoptable(cfg.parent)
+    _choose_volblocksize(cfg)
     dataset = meta.child_sr_dataset(cfg.parent, uuid)
     props = _sr_props(uuid, cfg, name, description, "dataset")
     props["mountpoint"] = "none"
