@@ -317,6 +317,31 @@ def test_a_read_write_activate_gives_a_fresh_id(sr, host, domain):
         meta.CONTENT_ID, contentid.encode(after, k)), "%s/%s" % (sr, k)]]
 
 
+@pytest.mark.parametrize("reader", [DOM0, "CPa1b2c3", "43"])
+def test_a_read_only_activate_beside_a_writer_keeps_its_mark_and_id(
+        sr, host, reader):
+    """What VDI_ACTIVATE_READONLY lets xapi do while a VM writes the VDI
+    in its own domain: pygrub's or an export's dom0 read, a migration
+    copy's base read in its CP domain (storage_smapiv1_migrate.ml
+    with_activated_disk), another VM's read-only VBD. The read neither
+    renews the id nor, once deactivated, clears the VM's writer mark: a
+    clone after it still gets an id of its own."""
+    k = disk(sr)
+    uri = uri_of(stat(sr, k))
+    dp("Datapath.attach", uri=uri, domain=GUEST)
+    dp("Datapath.activate", uri=uri, domain=GUEST)
+    written = cid(sr, k)
+    dp("Datapath.attach", uri=uri, domain=reader)
+    dp("Datapath.activate_readonly", uri=uri, domain=reader)
+    assert cid(sr, k) == written
+    dp("Datapath.deactivate", uri=uri, domain=reader)
+    dp("Datapath.detach", uri=uri, domain=reader)
+    assert attachstate.writers(dataset_of(stat(sr, k))) == [GUEST]
+    c = call("Volume.clone", sr=sr, key=k)["key"]
+    assert cid(sr, c) not in (cid(sr, k), "")
+    assert cid(sr, k) == written
+
+
 def test_a_read_only_activate_keeps_the_id(sr, host):
     k = disk(sr)
     s = xapi_snapshot(sr, k)

@@ -1,9 +1,16 @@
 """Plugin.Query, Plugin.diagnostics and Plugin.ls."""
 
-from zfsng import VERSION
+import os
+import sys
+
+from zfsng import VERSION, wire
 from zfsng_volume import devconfig
 
 from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))), "datapath"))
+from zfsng_datapath import datapath, main as dpmain  # noqa: E402
 
 
 def test_query(fake):
@@ -25,6 +32,21 @@ def test_query_offers_storage_migration_out_and_in(fake):
     VDI_MIRROR_IN or VDI_MIRROR (smint.ml: VDI_MIRROR satisfies it)."""
     features = set(call("Plugin.Query")["features"])
     assert {"VDI_MIRROR", "VDI_SNAPSHOT"} <= features
+
+
+def test_query_has_xapi_activate_read_only_attaches_read_only(fake):
+    """storage_mux.ml activate3 (v26.1.4, 614-638) calls
+    VDI.activate_readonly for a VDI attached read-only only if the SR's
+    features, the volume plugin's Query (main.ml 868-933), list
+    VDI_ACTIVATE_READONLY; else activate3, which opens the zvol
+    read-write and renews its content_id. main.ml then runs the
+    datapath's Datapath.activate_readonly whatever the datapath's own
+    Query says (1529-1560): it must be one of the datapath's methods
+    (each gets its executable, the Makefile's install)."""
+    assert "VDI_ACTIVATE_READONLY" in call("Plugin.Query")["features"]
+    assert "Datapath.activate_readonly" in wire.SERVED["zfsng_datapath"]
+    assert dpmain.handlers()["Datapath.activate_readonly"] is \
+        datapath.activate_readonly
 
 
 def test_diagnostics_names_the_pool_and_the_sr(fake):

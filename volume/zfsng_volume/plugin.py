@@ -21,7 +21,14 @@ FEATURES = ["SR_PROBE", "SR_UPDATE", "SR_STATS", "VDI_CREATE", "VDI_DELETE",
             "VDI_MIRROR", "VDI_COMPOSE",
             # VM.revert's VDI.revert (xapi v26.1.14 and later): the
             # script does not add it, the plugin must (Volume.revert)
-            "VDI_REVERT"]
+            "VDI_REVERT",
+            # xapi activates a VDI attached read-only (a read-only VBD,
+            # a copy's source and base, an export, pygrub) with
+            # VDI.activate_readonly, not activate3, only if this lists it
+            # (storage_mux.ml activate3): the datapath's
+            # activate_readonly, tapdisk opened read-only (-R), no fresh
+            # content_id, no writer recorded
+            "VDI_ACTIVATE_READONLY"]
 
 
 @wire.method("Plugin.Query")
