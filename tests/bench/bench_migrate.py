@@ -307,7 +307,8 @@ def _copy_read(ctx, dp, snap):
     (path,) = [i[1]["path"] for i in got["implementations"]
                if i[0] == "BlockDevice"]
     try:
-        dp("Datapath.activate", uri=uri, domain=COPY_VM)
+        # read-only attach: activate_readonly (VDI_ACTIVATE_READONLY)
+        dp("Datapath.activate_readonly", uri=uri, domain=COPY_VM)
         ready = time.monotonic()
         read = nonzero = 0
         zero = bytes(BLOCK)

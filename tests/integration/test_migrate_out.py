@@ -687,10 +687,12 @@ def test_a_failed_mirror_leaves_the_vm_running_and_nothing_behind(
 # Storage_smapiv1_migrate.Copy.copy_into_sr, whose with_activated_disk
 # makes VDI.attach3 (read_write false) and VDI.activate3 for a fresh uuid
 # dp and the vm "CP" ^ 3 hex of the VM's ref ^ 3 of the VDI's; domain_of
-# passes that vm as the domain. activate3 becomes Datapath.activate_readonly
-# only for an SR declaring VDI_ACTIVATE_READONLY (storage_mux.ml), which
-# zfs-ng does not: Datapath.activate, which the datapath turns read-only
-# for a snapshot. sparse_dd reads the BlockDevice (tapdisk's device); then
+# passes that vm as the domain. activate3 becomes VDI.activate_readonly
+# for an SR declaring VDI_ACTIVATE_READONLY, as zfs-ng does (storage_mux.ml
+# 614-638), then Datapath.activate_readonly (main.ml 1529-1560): tapdisk
+# opens the zvol read-only, the VDI keeps its content_id. sparse_dd reads
+# the image under tapdisk's device (an aio tapdisk's zvol, O_RDONLY:
+# vhd-tool impl.ml 937-945); played here through the BlockDevice. Then
 # VDI.deactivate, VDI.detach, and VDI.set_content_id on the source VDI.
 
 
@@ -710,19 +712,24 @@ def xapi_copy_read(dp, plugin, sr, vol, domain, base=None):
     the mirrored disk itself too: played here as the worst case), then
     for the VDI copied: attach, activate, its BlockDevice read whole
     (sparse_dd), deactivate, detach, each in the reverse order; then
-    set_content_id. Returns the hash read and the device's size."""
+    set_content_id. Each activate is the one storage_mux picks for a
+    read-only attach (read_only_activate); neither VDI's content_id
+    changes. Returns the hash read and the device's size."""
     held = []
+    read = ([base] if base else []) + [vol]
+    ids, activate = content_ids(read), read_only_activate(plugin)
     try:
-        for one in ([base] if base else []) + [vol]:
+        for one in read:
             xapi = Xapi(dp, plugin, sr, one, repeat=False)
             impls = dict((kind, args) for kind, args in xapi(
                 "Datapath.attach", domain=domain)["implementations"])
             held.append(xapi)
-            xapi("Datapath.activate", domain=domain)
+            xapi(activate, domain=domain)
         path = impls["BlockDevice"]["path"]      # files first, then these
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
         got = whole_hash(path)
+        assert content_ids(read) == ids
     finally:
         for xapi in reversed(held):
             xapi("Datapath.deactivate", domain=domain)
@@ -730,6 +737,28 @@ def xapi_copy_read(dp, plugin, sr, vol, domain, base=None):
     plugin("Volume.set", sr=sr, key=vol["key"], k="content_id",
            v="cid-" + vol["key"])
     return got, size
+
+
+def read_only_activate(plugin):
+    """storage_mux.ml activate3 (614-638): VDI.activate_readonly for a VDI
+    attached read-only if the SR's features (the volume plugin's Query)
+    list VDI_ACTIVATE_READONLY, else activate3."""
+    if "VDI_ACTIVATE_READONLY" in plugin("Plugin.Query")["features"]:
+        return "Datapath.activate_readonly"
+    return "Datapath.activate"
+
+
+def content_ids(vols):
+    """The content_id property of each VDI's dataset, in one zfs get
+    (its name from this checkout's zfsng.meta)."""
+    import sys
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "..", "volume")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    from zfsng import meta
+    return sh("zfs", "get", "-H", "-o", "value", meta.CONTENT_ID,
+              *[dataset(v) for v in vols]).split()
 
 
 def written_disk(plugin, sr, size):
