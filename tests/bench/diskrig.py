@@ -121,13 +121,30 @@ def dirty_cap(bps=None):
     return min(DIRTY, max(8 * MIB, DIRTY_SECONDS * bps // MIB * MIB))
 
 
+def arc_limits(environ=None):
+    """The ARC's floor and cap for a run: ARC_MIN and ARC_MAX, or the cap
+    in MiB from ZFSNG_BENCH_ARC_MAX_MIB (at least ARC_MAX) over the same
+    floor, so the cap is the one thing changed. For experiments only (archive/2.1-small-block-stall
+    varies the cap under one workload); plan() keeps sizing the devices
+    by ARC_MAX, so the workload stays what it is at the rig's cap."""
+    env = os.environ if environ is None else environ
+    text = env.get("ZFSNG_BENCH_ARC_MAX_MIB", "")
+    if not text:
+        return ARC_MIN, ARC_MAX
+    if not text.isdigit() or int(text) * MIB < ARC_MAX:
+        raise ValueError("ZFSNG_BENCH_ARC_MAX_MIB: a whole number of MiB, "
+                         "at least %d, not %r" % (ARC_MAX // MIB, text))
+    return ARC_MIN, int(text) * MIB
+
+
 def tune(bps=None):
     """Cap the ARC and dirty data (ZFS's and the page cache's); returns
     the values as the kernel reads them back."""
     params = "/sys/module/zfs/parameters/"
     dirty = dirty_cap(bps)
-    _write(params + "zfs_arc_min", ARC_MIN)
-    _write(params + "zfs_arc_max", ARC_MAX)
+    arc_min, arc_max = arc_limits()
+    _write(params + "zfs_arc_min", arc_min)
+    _write(params + "zfs_arc_max", arc_max)
     _write(params + "zfs_dirty_data_max", dirty)
     _write("/proc/sys/vm/dirty_bytes", dirty)
     _write("/proc/sys/vm/dirty_background_bytes", dirty // 2)

@@ -464,3 +464,15 @@ def test_variant_targets_label_each_vdi_with_its_own_zvol(monkeypatch):
     assert targets["8k"].disks == [diskrig.disk(1)]
     assert props["8k"]["volblocksize"] == "8192"
     assert props["16k"] == {"volblocksize": "16384", "logbias": "latency"}
+
+
+def test_arc_limits_are_the_rig_s_unless_the_experiment_sets_a_cap():
+    assert diskrig.arc_limits({}) == (diskrig.ARC_MIN, diskrig.ARC_MAX)
+    assert diskrig.arc_limits({"ZFSNG_BENCH_ARC_MAX_MIB": "256"}) == (
+        diskrig.ARC_MIN, 256 * MIB)
+
+
+@pytest.mark.parametrize("value", ["32", "1e3", "-128", "128M", " 128"])
+def test_arc_limits_refuse_a_cap_below_the_rig_s_or_not_whole_mib(value):
+    with pytest.raises(ValueError, match="ZFSNG_BENCH_ARC_MAX_MIB"):
+        diskrig.arc_limits({"ZFSNG_BENCH_ARC_MAX_MIB": value})

@@ -1,0 +1,62 @@
+#!/bin/sh
+# The 2.1 small-block stall probe, one backend and one ARC cap a boot. Run
+# inside the guest from the worktree, with run.sh --cut-on cut:
+#   probe.sh BACKEND CAP_MIB LIMIT_S
+# e.g. probe.sh tap-zvol-8k 64 1500. Every 20 s it appends the ARC's size,
+# target, metadata and eviction skips and the pool disks' read/write
+# counters to /results/trace.txt. A stall is the first hung-task report
+# (a task blocked 120 s) plus 60 s: then (or at LIMIT_S, whichever is
+# first) it saves the blocked tasks (sysrq w), dmesg and arcstats, writes
+# /results/verdict.txt and makes /results/cut, on which run.sh kills the
+# wedged guest. A run that ends on its own saves the same at its end.
+backend=${1:?backend} cap=${2:?cap MiB} limit=${3:?limit s}
+make -s guest-install || exit 1
+up() { cut -d. -f1 /proc/uptime; }
+t0=$(up)
+snap() {  # snap TAG: blocked tasks, dmesg, arcstats
+    echo w > /proc/sysrq-trigger; sleep 2
+    dmesg > /results/dmesg-$1.txt
+    cat /proc/spl/kstat/zfs/arcstats > /results/arcstats-$1.txt
+}
+arc() { awk -v k="$1" '$1 == k {print $3}' /proc/spl/kstat/zfs/arcstats; }
+names=$(for d in /dev/disk/by-id/virtio-zfsng-d[0-9]*; do
+    basename "$(readlink -f "$d")"; done | tr '\n' ' ')
+disks() {  # reads and writes completed on the pool disks
+    awk -v n=" $names" 'index(n, " " $3 " ") {r += $4; w += $8}
+        END {print r, w}' /proc/diskstats
+}
+(
+    echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w"
+    seen=
+    while :; do
+        t=$(( $(up) - t0 ))
+        echo "$t $(( $(arc size) >> 20 )) $(( $(arc c) >> 20 ))" \
+            "$(( $(arc arc_meta_used) >> 20 ))" \
+            "$(( $(arc arc_meta_limit) >> 20 )) $(arc evict_skip) $(disks)"
+        if [ -z "$seen" ] && dmesg | grep -q "blocked for more than"; then
+            seen=$t
+        fi
+        if [ -n "$seen" ] && [ $t -ge $(( seen + 60 )) ]; then
+            echo "stalled: first hung-task report at ${seen}s" \
+                "(blocked since about $(( seen - 120 ))s), cut at ${t}s" \
+                > /results/verdict.txt
+            break
+        fi
+        if [ $t -ge "$limit" ]; then
+            echo "no stall seen by the ${limit}s limit" > /results/verdict.txt
+            break
+        fi
+        sleep 20
+    done >> /results/trace.txt
+    snap cut
+    touch /results/cut
+) &
+ZFSNG_BENCH_ARC_MAX_MIB=$cap python3 tests/bench/main.py \
+    --root /tmp/zfsng-root --device /dev/disk/by-id/virtio-zfsng-d1 \
+    --out /results --sections disk-bound --throttle 162:925668 \
+    --parts launch_runs --backends "$backend" --runs 1
+rc=$?
+echo "finished: main.py exited $rc at $(( $(up) - t0 ))s, no stall" \
+    > /results/verdict.txt
+snap end
+exit $rc
