@@ -6,10 +6,11 @@
 # target, metadata and eviction skips and the pool disks' read/write
 # counters to /results/trace.txt. A stall is the first hung-task report
 # (a task blocked 120 s) plus 60 s: then (or at LIMIT_S, whichever is
-# first) it saves the blocked tasks (sysrq w), dmesg and arcstats, writes
-# /results/verdict.txt and makes /results/cut, on which run.sh kills the
-# wedged guest. A run that ends on its own saves the same at its end.
-backend=${1:?backend} cap=${2:?cap MiB} limit=${3:?limit s}
+# first, or once the host makes /results/stop) it saves the blocked tasks
+# (sysrq w), dmesg and arcstats, writes /results/verdict.txt and makes
+# /results/cut, on which run.sh kills the wedged guest. A run that ends on
+# its own saves the same at its end. BACKENDS: main.py --backends.
+backend=${1:?backends} cap=${2:?cap MiB} limit=${3:?limit s}
 make -s guest-install || exit 1
 up() { cut -d. -f1 /proc/uptime; }
 t0=$(up)
@@ -25,8 +26,9 @@ disks() {  # reads and writes completed on the pool disks
     awk -v n=" $names" 'index(n, " " $3 " ") {r += $4; w += $8}
         END {print r, w}' /proc/diskstats
 }
+echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
+    > /results/trace.txt
 (
-    echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w"
     seen=
     while :; do
         t=$(( $(up) - t0 ))
@@ -42,20 +44,23 @@ disks() {  # reads and writes completed on the pool disks
                 > /results/verdict.txt
             break
         fi
-        if [ $t -ge "$limit" ]; then
-            echo "no stall seen by the ${limit}s limit" > /results/verdict.txt
+        if [ $t -ge "$limit" ] || [ -e /results/stop ]; then
+            echo "no stall seen by ${t}s (limit ${limit}s or stopped)" \
+                > /results/verdict.txt
             break
         fi
         sleep 20
     done >> /results/trace.txt
     snap cut
     touch /results/cut
-) &
+) > /dev/null 2>&1 &
+monitor=$!
 ZFSNG_BENCH_ARC_MAX_MIB=$cap python3 tests/bench/main.py \
     --root /tmp/zfsng-root --device /dev/disk/by-id/virtio-zfsng-d1 \
     --out /results --sections disk-bound --throttle 162:925668 \
     --parts launch_runs --backends "$backend" --runs 1
 rc=$?
+kill $monitor  # or the guest waits for it (it holds the console)
 echo "finished: main.py exited $rc at $(( $(up) - t0 ))s, no stall" \
     > /results/verdict.txt
 snap end
