@@ -7,6 +7,8 @@
 #                   VM's disk on a zfs-ng VDI, and make faults-quick, the short
 #                   fault campaign, run apart: see check below)
 #   make faults     the whole fault campaign (tests/faults), with its report
+#   make bench-vm-fio  fio inside a Xen PV VM on zfs-ng VDIs, 8K against
+#                   16K blocks (BENCHMARKS.md; not part of make check)
 #   make demo       bring up a real ZFS SR in the test guest and drive it
 #                   through the plugin, as xapi would
 #   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB;
@@ -36,7 +38,7 @@ GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
 
 .PHONY: all install deps check check-host test-unit test-protocol lint-py36 bench \
-        bench-disk-bound \
+        bench-disk-bound bench-vm-fio \
         test-unit-py36 test-protocol-py36 \
         test-guest test-guest-2.1 test-guest-2.3 guest-install demo clean version \
         test-multihost-2.1 test-multihost-2.3 test-multihosts test-guests test-guests-all \
@@ -405,6 +407,24 @@ bench-disk-bound: $(VENV)/.bench-tools
 	    --results $(BENCH_OUT) -- sh -c '$(DISKBOUND_MAIN) \
 	    --sections disk-bound --throttle '$$limits' $(BENCH_ARGS)'
 	$(VPY) tests/bench/report.py $(BENCH_OUT)
+
+# make bench-vm-fio [ZFS=2.1] [BENCH_OUT=dir] [VMFIO_THROTTLE=I:B]
+#     [BENCH_ARGS="--backends 16k,8k,vhd-ext4" | "--quick"]:
+# fio inside a real Xen PV VM whose disks are zfs-ng VDIs (blkfront ->
+# tapback -> tapdisk -> zvol), the guest booted as a Xen host, its disks
+# throttled as the disk-bound run's 2.3 limits (tests/bench/
+# bench_vm_fio.py): 16K against 8K blocks by default, about 20 minutes
+# of guest time. Not part of make check.
+VMFIO_OUT      ?= build/bench-vm-fio
+VMFIO_THROTTLE ?= 137:782818
+bench-vm-fio:
+	rm -f $(VMFIO_OUT)/results.json $(VMFIO_OUT)/report.md
+	bash $(GUEST) --xen --zfs $(ZFS) --disks 2 --disk-size 1G \
+	    --throttle $(VMFIO_THROTTLE) --timeout 2400 --results $(VMFIO_OUT) \
+	    -- sh -c 'make -s guest-install && python3 tests/bench/main.py \
+	    --root /tmp/zfsng-root --device $(BENCH_DISK) --out /results \
+	    --sections vm-fio --throttle $(VMFIO_THROTTLE) $(BENCH_ARGS)'
+	$(PYTHON) tests/bench/bench_vm_fio.py --report $(VMFIO_OUT)
 
 clean:
 	rm -rf $(VENV) $(VENV36) build .pytest_cache

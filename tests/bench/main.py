@@ -8,6 +8,8 @@
         [--parts launch_runs,scaling,layouts,cbt_list,latency,redundant,
                  slog]
         [--backends tap-zvol,tap-vhd-file,tap-zvol-tput,...]
+    python3 tests/bench/main.py ... --sections vm-fio --throttle I:B
+        [--backends 16k,8k,vhd-ext4]     (in the Xen guest: run.sh --xen)
     python3 tests/bench/main.py ... --sections migrate
         [--parts by_size,halted,snapshots,plain_copy,full]
 
@@ -35,7 +37,8 @@ SECTIONS = ["datapath", "rawfile", "volblocksize", "control", "cbt",
             "migrate", "compose"]
 # Asked for by name only: the two boots of `make bench-disk-bound`, the
 # first on unthrottled disks, the second on disks run.sh --throttle slowed.
-ON_REQUEST = ["ceilings", "disk-bound"]
+# vm-fio: fio inside a Xen PV VM (make bench-vm-fio, run.sh --xen).
+ON_REQUEST = ["ceilings", "disk-bound", "vm-fio"]
 
 
 def conditions(args):
@@ -79,7 +82,8 @@ def main():
                         help="disk-bound and ceilings: only these launch "
                              "backends (comma list: the defaults' names, "
                              "tap-zvol-16k, tap-zvol-8k, tap-zvol-4k, "
-                             "tap-zvol-tput)")
+                             "tap-zvol-tput); vm-fio: its variants "
+                             "(16k,8k,vhd-ext4)")
     parser.add_argument("--throttle", default=None,
                         help="IOPS:BPS, the limits run.sh --throttle put on "
                              "each disk (disk-bound section)")

@@ -101,16 +101,23 @@ def domain_info(domid):
 
 class Disk(object):
     """One VBD of the VM: its VDI, whether it persists, its device, its
-    mode (read-only or not)."""
+    mode (read-only or not), and its SR when not the VM's own."""
 
-    def __init__(self, vol, persistent, devid, readonly=False):
+    def __init__(self, vol, persistent, devid, readonly=False, sr=None):
         self.vol, self.persistent, self.devid = vol, persistent, devid
         self.readonly = readonly
+        self.sr = sr
         self.vbd = None         # while plugged
 
 
 class Vm(object):
-    """A PV VM whose disks are zfs-ng VDIs, run as xenopsd runs it."""
+    """A PV VM whose disks are zfs-ng VDIs, run as xenopsd runs it.
+    ``INIT`` is the domU's /vm-init and ``MEMORY`` its MiB: a subclass
+    may boot another init (tests/bench/bench_vm_fio.py: fio in the domU,
+    whose libraries need more room in its initramfs)."""
+
+    INIT = DOMU_INIT
+    MEMORY = 256
 
     def __init__(self, store, plugin, dp, sr, name, tmp_path):
         self.store, self.plugin, self.dp, self.sr = store, plugin, dp, sr
@@ -124,10 +131,11 @@ class Vm(object):
         self.unplugs = []        # what each backend did when unplugged
         self._features = None
 
-    def add_disk(self, vol, persistent=True, readonly=False):
+    def add_disk(self, vol, persistent=True, readonly=False, sr=None):
         """A VBD of the VM (xe vbd-create): plugged at the next start, or
-        now by hotplug()."""
-        disk = Disk(vol, persistent, DEVID + 16 * len(self.disks), readonly)
+        now by hotplug(). ``sr``: the VDI's SR, if not the VM's."""
+        disk = Disk(vol, persistent, DEVID + 16 * len(self.disks), readonly,
+                    sr)
         self.disks.append(disk)
         return disk
 
@@ -136,7 +144,8 @@ class Vm(object):
     def call(self, disk, method, **args):
         """A Datapath call as xapi-storage-script makes it: Volume.stat
         first (main.ml vdi_attach_common and the others)."""
-        fresh = self.plugin("Volume.stat", sr=self.sr, key=disk.vol["key"])
+        fresh = self.plugin("Volume.stat", sr=disk.sr or self.sr,
+                            key=disk.vol["key"])
         self.calls.append((method, disk.devid, self.boot))
         t0 = time.monotonic()
         try:
@@ -181,7 +190,7 @@ class Vm(object):
                        for k, v in sorted(plan.items()))
         with open(DOMU_INITRD, "rb") as f:
             base = f.read()
-        with open(DOMU_INIT, "rb") as f:
+        with open(self.INIT, "rb") as f:
             init = f.read()
         archive = dict((k, v) for k, v in (files or {}).items())
         archive.update({"vm-init": init, "plan": text.encode()})
@@ -196,7 +205,7 @@ class Vm(object):
                 'kernel = "/boot/vmlinuz-%s"' % os.uname().release,
                 'ramdisk = "%s"' % initrd,
                 'extra = "console=hvc0 loglevel=4 rdinit=/vm-init"',
-                "memory = 256", "vcpus = 1", 'on_poweroff = "preserve"',
+                "memory = %d" % self.MEMORY, "vcpus = 1", 'on_poweroff = "preserve"',
                 'on_reboot = "preserve"', 'on_crash = "preserve"', ""]))
         xl("create", "-p", cfg, timeout=300)        # VM_create, VM_build
         self.domid = int(xl("domid", name).strip())
@@ -228,7 +237,8 @@ class Vm(object):
         assert xendisk[1]["backend_type"] == "vbd3"
         self.call(disk, self.activate_method(disk), domain=domain)
         vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
-        vdi_id = json.dumps(["VDI", "%s/%s" % (self.sr, disk.vol["key"])])
+        vdi_id = json.dumps(["VDI", "%s/%s" % (disk.sr or self.sr,
+                                               disk.vol["key"])])
         vbd.add(block[1]["path"], [("backend-kind", "vbd3")] +
                 sorted(xendisk[1]["extra"].items()),
                 dp_id="vbd/%d/%s" % (self.domid, vbd.dev), vdi_id=vdi_id,

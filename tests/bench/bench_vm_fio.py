@@ -1,0 +1,581 @@
+"""fio inside a real Xen PV VM whose disks are zfs-ng VDIs (section
+``vm-fio``, ``make bench-vm-fio``): blkfront in the domU, tapback and
+tapdisk in dom0, the zvol under them, on a disk QEMU throttles.
+
+Runs in the test guest booted as a Xen 4.17 host (tests/guest/run.sh
+--xen --throttle), through tests/bench/main.py. The disk-bound rig's
+conditions (diskrig.py, BENCHMARKS.md "Where the disk is the
+bottleneck"), as its ``redundant`` part had them: the pool disks marked
+non-rotational, the ARC capped at diskrig.ARC_SMALL_BLOCKS (OpenZFS 2.1
+stalled with small blocks under 64 MiB), dirty data at 4 s of the
+throttled disk, dom0's caches dropped (the ARC to its floor) and the disks
+drained before every run; every VDI filled first; runs paired and their
+order rotated.
+
+One VM (xenops.Vm, as xenopsd starts one) with one disk per variant
+(``VARIANTS``: zfs-ng SRs on the one-disk pool of disk 1 with 16K and 8K
+blocks; ``vhd-ext4``, SMAPIv1's local EXT SR, a VHD on ext4 on disk 2
+through tapdisk, on request). The domU's init (tests/xen/vm-fio-domu)
+runs what dom0 writes to its console's pty, one fio job at a time on the
+raw /dev/xvdX with O_DIRECT (libaio), and prints fio's JSON report on its
+console; between two jobs dom0 drains, drops and reads its counters. fio
+and its shared libraries (Debian's fio is dynamically linked) are packed
+into the domU's initramfs at run time from dom0's own files: no image
+rebuild.
+
+Per run: the guest's IOPS and MB/s and completion latency (fio's clat
+p50 and p99, in the domU), and dom0's disk bytes read and written per
+byte the guest moved (/sys/class/block of the pool's disk). Writes end
+with fio's fsync (the guest's flush through blkfront), then dom0 makes
+them durable (zpool sync, sync -f), timed: ``durable_iops`` counts that
+time. A benchmark: it asserts no timing; under TCG only ratios within a
+run count.
+
+    python3 tests/bench/bench_vm_fio.py --report DIR    (the host: DIR's
+        results.json -> DIR/report.md)
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import sys
+import termios
+import time
+import tty
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+MIB = 1024 * 1024
+# name, fio rw, block size, iodepth; reads first, on the layout the fill
+# made, then writes
+WORKLOADS = [
+    ("randread-4k-qd1", "randread", "4k", 1),
+    ("randread-4k-qd8", "randread", "4k", 8),
+    ("seqread-1M", "read", "1M", 4),
+    ("randwrite-4k-qd1", "randwrite", "4k", 1),
+    ("seqwrite-1M", "write", "1M", 4),
+]
+# name, SR device-config (zfs-ng's defaults otherwise: sync=always)
+VARIANTS = [("16k", {}), ("8k", {"volblocksize": "8K"})]
+EXT4 = "vhd-ext4"
+# (numerator, denominator) of the paired ratios
+PAIRS = [("8k", "16k"), ("16k", EXT4), ("8k", EXT4)]
+EXT4_MNT = "/var/tmp/zfsng-vm-fio-ext4"
+FIO_FLAGS = ["--ioengine=libaio", "--direct=1", "--thread",
+             "--refill_buffers", "--norandommap", "--randrepeat=0",
+             "--percentile_list=50:99"]
+DOMU_MEMORY = 768     # MiB: the initramfs holds fio and its libraries
+RESULT_TIMEOUT = 900
+OPTION = re.compile(r"^[A-Za-z0-9=_.:,/-]+$")
+
+
+def plan(ctx):
+    """Sizes: the redundant part's (48 MiB VDIs, 8 MiB sequential runs,
+    10 s random runs); about 15 minutes of guest time for 16K and 8K at
+    3 runs."""
+    if ctx.quick:
+        return {"size_bytes": 16 * MIB, "runtime_s": 3,
+                "seq_bytes": 4 * MIB, "runs": ctx.runs}
+    return {"size_bytes": 48 * MIB, "runtime_s": 10, "seq_bytes": 8 * MIB,
+            "runs": ctx.runs}
+
+
+def run(ctx):
+    import diskrig
+    if not ctx.throttle:
+        raise RuntimeError("vm-fio needs the disks' limits: main.py "
+                           "--throttle IOPS:BPS, as run.sh --throttle got "
+                           "(make bench-vm-fio)")
+    plan_ = plan(ctx)
+    iops, bps = (int(x) for x in ctx.throttle.split(":"))
+    names = [n for n, _ in VARIANTS]
+    if ctx.backends:
+        unknown = set(ctx.backends) - set(names + [EXT4])
+        if unknown:
+            raise ValueError("unknown vm-fio variants: %s"
+                             % ", ".join(sorted(unknown)))
+        names = list(ctx.backends)
+    out = {"tuning": diskrig.tune(bps), "throttle": {"iops": iops,
+                                                     "bps": bps},
+           "size_mib": plan_["size_bytes"] // MIB,
+           "runtime_s": plan_["runtime_s"],
+           "seq_mib": plan_["seq_bytes"] // MIB, "runs": plan_["runs"],
+           "variants": names, "workloads": WORKLOADS,
+           "domu_memory_mib": DOMU_MEMORY}
+    with diskrig.arc_cap(diskrig.ARC_SMALL_BLOCKS) as cap:
+        out["tuning"]["zfs_arc_max"] = cap.value
+        bench = VmBench(ctx, names, plan_)
+        try:
+            bench.setup()
+            out["props"] = bench.props
+            out["domu"] = bench.boot()
+            out["runs_list"] = bench.measure_all()
+            bench.halt()
+        finally:
+            bench.close()
+    out["ratios"] = pair_ratios(out["runs_list"])
+    return out
+
+
+class VmBench(object):
+    """The variants' disks, one VM with all of them, and the runs."""
+
+    def __init__(self, ctx, names, plan_):
+        self.ctx, self.names, self.plan = ctx, names, plan_
+        self.vdis = {}          # name: (sr, vol)
+        self.targets = {}       # name: diskrig.Target on dom0's side
+        self.props = {}
+        self.ext4 = None
+        self.vm = None
+        self.pty = None
+        self.devs = {}          # name: the domU's xvdX
+        self.sent = 0
+
+    # --- the disks ---------------------------------------------------------
+
+    def setup(self):
+        import bench_disk_bound
+        import common
+        import diskrig
+        size = self.plan["size_bytes"]
+        for name, options in VARIANTS:
+            if name not in self.names:
+                continue
+            sr = self.ctx.new_sr("vm-fio-" + name, **options)
+            vol = self.ctx.new_volume(size, name="vm-fio-" + name, sr=sr)
+            self.vdis[name] = (sr, vol)
+            dataset = common.volume_dataset(vol)
+            self.targets[name] = diskrig.Target(
+                self.ctx.zvol_device(vol),
+                diskrig.zpool_syncer(self.ctx.pool), [diskrig.disk(1)],
+                dataset=dataset)
+            self.props[name] = bench_disk_bound._zvol_props(dataset)
+        if EXT4 in self.names:
+            self.ext4 = diskrig.Ext4Vhd(diskrig.disk(2), EXT4_MNT, size)
+            self.targets[EXT4] = diskrig.Target(
+                self.ext4.dev, diskrig.fs_syncer(EXT4_MNT),
+                [diskrig.disk(2)])
+            self.props[EXT4] = {"image": "vhd on ext4, tapdisk -D"}
+        # filled from dom0 before the VM plugs them: the zvols with
+        # sync=disabled (diskrig.fill), the VHD through its tapdisk
+        diskrig.fill([self.targets[n] for n in self.names], size)
+
+    # --- the VM --------------------------------------------------------------
+
+    def boot(self):
+        """Start the VM with every variant's disk; returns what the domU
+        said about itself (fio's version, its disks' sizes)."""
+        import common
+        from test_xen_vm import Store
+        vm_cls = fio_vm_class()
+        tmp = pathlib.Path("/var/tmp/zfsng-vm-fio")
+        tmp.mkdir(parents=True, exist_ok=True)
+        from plugin_client import Plugin
+        dp = Plugin(self.ctx.plugin.root,
+                    plugin_dir="usr/libexec/xapi-storage-script/datapath/"
+                               "zfs-ng",
+                    env={"ZFSNG_RUN_DIR": "/tmp/zfsng-run"})
+        self.vm = vm_cls(Store(), self.ctx.plugin, dp, self.ctx.sr,
+                         "zfsng-vm-fio", tmp)
+        for name in self.names:
+            if name == EXT4:
+                disk = self.vm.add_disk(None)
+                disk.tapdev = self.ext4.dev
+            else:
+                sr, vol = self.vdis[name]
+                disk = self.vm.add_disk(vol, sr=sr)
+        files, lib_bytes = fio_files()
+        common.log("vm-fio: fio and %d libraries, %.1f MiB, into the "
+                   "domU's initramfs", len(files) - 1, lib_bytes / MIB)
+        self.vm.start({}, files)
+        for name, disk in zip(self.names, self.vm.disks):
+            self.devs[name] = disk.vbd.dev
+        lines = self.wait_line(lambda l: l.startswith("ready 1"), 600)
+        self.pty = Pty(self.vm.store, self.vm.domid)
+        return {"lines": [l for l in lines if not l.startswith("result")],
+                "devices": dict(self.devs),
+                "initramfs_extra_mib": lib_bytes / MIB}
+
+    def wait_line(self, match, timeout):
+        """Until the domU printed a line match() accepts (or an ERROR
+        line: raised); returns this boot's lines."""
+        from test_xen_vm import console
+        end = time.monotonic() + timeout
+        while True:
+            if self.pty:
+                self.pty.drain()
+            lines = self.vm.lines()
+            errors = [l for l in lines if l.startswith("ERROR")]
+            if errors:
+                raise RuntimeError("the domU: %s\n%s" % (
+                    "; ".join(errors), console(self.vm.console)[-3000:]))
+            if any(match(l) for l in lines):
+                return lines
+            if time.monotonic() > end:
+                raise RuntimeError("timed out after %ds waiting for the "
+                                   "domU; its console:\n%s" % (
+                                       timeout,
+                                       console(self.vm.console)[-3000:]))
+            time.sleep(0.3)
+
+    def command(self, words):
+        """One command to the domU, once it said it is ready for it."""
+        for w in words:
+            if not OPTION.match(w):
+                raise ValueError("not a word for the domU: %r" % w)
+        self.sent += 1
+        self.wait_line(lambda l: l == "ready %d" % self.sent, 600)
+        self.pty.send(" ".join(words))
+
+    def halt(self):
+        """The domU powers itself off ("end"): VM_shutdown, then
+        VBD_epoch_end (Datapath.close) as a VM halt leaves it."""
+        self.command(["end"])
+        self.vm.halted_by_guest()
+        self.vm.epoch_end()
+
+    # --- the runs ------------------------------------------------------------
+
+    def measure_all(self):
+        import bench_disk_bound
+        import common
+        runs = []
+        turn = 0
+        for workload in WORKLOADS:
+            for i in range(self.plan["runs"]):
+                order = bench_disk_bound.rotated(self.names, turn)
+                turn += 1
+                for name in order:
+                    m = self.measure(name, workload, i)
+                    m.update(variant=name, run=i, workload=workload[0])
+                    runs.append(m)
+            common.log("vm-fio: %s done", workload[0])
+        return runs
+
+    def measure(self, name, workload, k):
+        """One fio job in the domU on one variant's disk, cold dom0
+        caches, drained disks; dom0's disk counters around it."""
+        import diskrig
+        from measure import arc_data_counts, disk_counts
+        _, rw, bs, iodepth = workload
+        target = self.targets[name]
+        size = self.plan["size_bytes"]
+        sequential = not rw.startswith("rand")
+        options = ["--rw=" + rw, "--bs=" + bs, "--iodepth=%d" % iodepth]
+        if sequential:
+            offset = diskrig.seq_offset(k, size)
+            options += ["--offset=%d" % offset,
+                        "--size=%d" % min(self.plan["seq_bytes"],
+                                          size - offset)]
+        else:
+            options += ["--size=%d" % size, "--time_based",
+                        "--runtime=%d" % self.plan["runtime_s"]]
+        if "write" in rw:
+            options.append("--end_fsync=1")
+        all_disks = sorted(set(d for t in self.targets.values()
+                               for d in t.disks))
+        every = diskrig.stat_files(all_disks)
+        stats = diskrig.stat_files(target.disks)
+        quiet_s = diskrig.wait_quiet(every)
+        diskrig.drop_caches()
+        for t in self.targets.values():
+            t.sync()
+        quiet_s += diskrig.wait_quiet(every)
+        arc0, disk0 = arc_data_counts(), disk_counts(stats)
+        tag = "%s-%s-r%d" % (workload[0], name, k)
+        self.command(["fio", tag, self.devs[name]] + options + FIO_FLAGS)
+        prefix = "result %s " % tag
+        lines = self.wait_line(lambda l: l.startswith(prefix),
+                               RESULT_TIMEOUT)
+        start = time.perf_counter()
+        if "write" in rw:
+            target.sync()
+        flush = time.perf_counter() - start
+        arc1, disk1 = arc_data_counts(), disk_counts(stats)
+        text = [l for l in lines if l.startswith(prefix)][-1][len(prefix):]
+        job = json.loads(text[text.index("{"):])["jobs"][0]
+        if job.get("error"):
+            raise RuntimeError("fio %s: error %s" % (tag, job["error"]))
+        side = job["read" if "read" in rw else "write"]
+        d = [b - a for a, b in zip(disk0, disk1)]
+        seconds = side["runtime"] / 1000.0
+        moved = float(max(side["io_bytes"], 1))
+        pct = (side.get("clat_ns") or {}).get("percentile") or {}
+        return {"iops": side["total_ios"] / max(seconds, 1e-9),
+                "mb_s": moved / 1e6 / max(seconds, 1e-9),
+                "durable_iops": side["total_ios"] / (seconds + flush),
+                "ios": side["total_ios"], "bytes": side["io_bytes"],
+                "seconds": seconds, "flush_s": flush,
+                "quiet_wait_s": quiet_s,
+                "clat_p50_us": pct.get("50.000000", 0) / 1000.0,
+                "clat_p99_us": pct.get("99.000000", 0) / 1000.0,
+                "clat_mean_us": (side.get("clat_ns") or {}).get(
+                    "mean", 0) / 1000.0,
+                "disk_iops": (d[0] + d[2]) / max(seconds + flush, 1e-9),
+                "disk_bps": (d[1] + d[3]) / max(seconds + flush, 1e-9),
+                "disk_read_per_byte": d[1] / moved,
+                "disk_written_per_byte": d[3] / moved,
+                "arc_hits": arc1[0] - arc0[0],
+                "arc_misses": arc1[1] - arc0[1],
+                "domu_util": [u.get("util") for u in
+                              json.loads(text[text.index("{"):]).get(
+                                  "disk_util", [])]}
+
+    def close(self):
+        """Whatever happened: the VM gone, its disks detached, the
+        variants' VDIs and the VHD's file system gone."""
+        import bench_disk_bound
+        import common
+        if self.pty:
+            self.pty.close()
+        if self.vm is not None and self.vm.domid is not None:
+            try:
+                self.vm.hard_shutdown()
+            except Exception as exc:   # noqa: BLE001 -- cleanup goes on
+                common.log("vm-fio cleanup: the VM: %s", exc)
+        if self.ext4:
+            self.ext4.close()
+        for sr, vol in self.vdis.values():
+            bench_disk_bound._destroy_volume(self.ctx, sr, vol)
+
+
+def fio_vm_class():
+    """xenops.Vm booting tests/xen/vm-fio-domu, with more memory, and able
+    to plug a bare tapdev (the VHD on ext4: SMAPIv1's, no zfs-ng
+    Datapath calls) the way it plugs a zfs-ng VDI's."""
+    xen = os.path.join(HERE, "..", "xen")
+    for path in (xen, os.path.join(HERE, "..", "integration"),
+                 "/usr/lib/xen-4.17/lib/python"):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    import xenops
+    from test_xen_vm import Vbd3, wait_for
+
+    class FioVm(xenops.Vm):
+        INIT = os.path.join(xen, "vm-fio-domu")
+        MEMORY = DOMU_MEMORY
+
+        def call(self, disk, method, **args):
+            if getattr(disk, "tapdev", None):
+                return None     # not a zfs-ng VDI: no Datapath call
+            return xenops.Vm.call(self, disk, method, **args)
+
+        def _plug(self, disk, epoch_begin=True):
+            if not getattr(disk, "tapdev", None):
+                return xenops.Vm._plug(self, disk, epoch_begin)
+            vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
+            vdi_id = json.dumps(["VDI", "ext4/vhd"])
+            vbd.add(disk.tapdev, [("backend-kind", "vbd3"),
+                                  ("vdi-uuid", "vhd")],
+                    dp_id="vbd/%d/%s" % (self.domid, vbd.dev),
+                    vdi_id=vdi_id,
+                    vbd_id=json.dumps(["%s.vbd%d" % (
+                        self.uuid, self.disks.index(disk)), vbd.dev]))
+            self.store.xs.write("", vbd.back + "/vdi", vdi_id.encode())
+            vbd.block_add()
+            wait_for("%s's backend InitWait or on" % vbd.dev,
+                     lambda: vbd.state("back") in ("2", "3", "4"), 60)
+            disk.vbd = vbd
+    return FioVm
+
+
+def fio_files():
+    """{initramfs name: bytes} of dom0's fio and every shared library ldd
+    finds for it (into /lib: the domU's init sets LD_LIBRARY_PATH; the
+    dynamic loader is the domU initramfs's own, busybox's), and the
+    libraries' bytes."""
+    import common
+    fio = shutil.which("fio")
+    if not fio:
+        raise RuntimeError("no fio in dom0 (the guest image's)")
+    libs = re.findall(r"(/\S+) \(0x[0-9a-f]+\)", common.run(["ldd", fio]))
+    files = {}
+    with open(fio, "rb") as f:
+        files["bin/fio"] = f.read()
+    total = 0
+    for lib in libs:
+        if os.path.basename(lib).startswith("ld-linux"):
+            continue
+        with open(os.path.realpath(lib), "rb") as f:
+            data = f.read()
+        files["lib/" + os.path.basename(lib)] = data
+        total += len(data)
+    return files, total
+
+
+class Pty(object):
+    """The domU's console as dom0 writes to it: xenconsoled's pty (its
+    slave side, xenstore console/tty, as ``xl console`` opens it), raw,
+    so a line reaches hvc0 as written; what comes back (the domU's
+    output, also in xenconsoled's log) is drained and dropped."""
+
+    def __init__(self, store, domid, timeout=60):
+        from test_xen_vm import wait_for
+        path = wait_for("the console's pty", lambda: store.read(
+            "/local/domain/%d/console/tty" % domid), timeout)
+        self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        tty.setraw(self.fd, termios.TCSANOW)
+
+    def send(self, line):
+        data = (line + "\n").encode()
+        end = time.monotonic() + 30
+        while data:
+            self.drain()
+            try:
+                data = data[os.write(self.fd, data):]
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    raise RuntimeError("the domU's console takes no input")
+                time.sleep(0.1)
+
+    def drain(self):
+        while True:
+            try:
+                if not os.read(self.fd, 65536):
+                    return
+            except (BlockingIOError, OSError):
+                return
+
+    def close(self):
+        os.close(self.fd)
+
+
+# --- the ratios and the report ---------------------------------------------
+
+FIGURES = [("iops", "IOPS"), ("mb_s", "MB/s"),
+           ("clat_p50_us", "p50 clat"), ("clat_p99_us", "p99 clat"),
+           ("durable_iops", "durable IOPS")]
+
+
+def pair_ratios(runs):
+    """{num/den: {workload: {figure: summary}}}: per run, num's figure
+    over den's (the same run index), then min/median/max."""
+    by = {}
+    for r in runs:
+        by[(r["variant"], r["workload"], r["run"])] = r
+    variants = set(r["variant"] for r in runs)
+    out = {}
+    for num, den in PAIRS:
+        if num not in variants or den not in variants:
+            continue
+        table = {}
+        for w in [w[0] for w in WORKLOADS]:
+            figs = {}
+            for key, _ in FIGURES + [("disk_read_per_byte", ""),
+                                     ("disk_written_per_byte", "")]:
+                vals = [by[(num, w, i)][key] / by[(den, w, i)][key]
+                        for (v, ww, i) in sorted(by)
+                        if v == num and ww == w and (den, w, i) in by
+                        and by[(den, w, i)][key]]
+                if vals:
+                    figs[key] = {"median": statistics.median(vals),
+                                 "min": min(vals), "max": max(vals),
+                                 "runs": vals}
+            table[w] = figs
+        out["%s/%s" % (num, den)] = table
+    return out
+
+
+def _med(runs, variant, workload, key):
+    vals = [r[key] for r in runs
+            if r["variant"] == variant and r["workload"] == workload]
+    return statistics.median(vals) if vals else None
+
+
+def report(result):
+    """report.md's text from results.json."""
+    c = result.get("conditions", {})
+    s = result["vm-fio"]
+    runs = s["runs_list"]
+    lines = ["# fio inside a Xen PV VM, zfs-ng VDIs (%s)" %
+             c.get("zfs_version", "?"), "",
+             "Section `vm-fio` (tests/bench/bench_vm_fio.py), "
+             "`make bench-vm-fio`, %s. QEMU TCG: absolute figures mean "
+             "nothing, only ratios within this run count." %
+             c.get("date", "?"), "",
+             "One PV domU (Xen 4.17, %d MiB, 1 vCPU), one disk per "
+             "variant: blkfront -> tapback -> tapdisk -> zvol (or VHD on "
+             "ext4). fio %s in the domU, O_DIRECT, libaio, on the raw "
+             "disk. Pool disk throttled by QEMU to %d requests/s and "
+             "%.2f MB/s; ARC capped at %d MiB and dropped before every "
+             "run; %d MiB per VDI, filled first; random runs %d s, "
+             "sequential runs %d MiB; %d runs, order rotated." % (
+                 s["domu_memory_mib"], _fio_version(s),
+                 s["throttle"]["iops"], s["throttle"]["bps"] / 1e6,
+                 s["tuning"]["zfs_arc_max"] // MIB, s["size_mib"],
+                 s["runtime_s"], s["seq_mib"], s["runs"]), "",
+             "Variants: " + "; ".join(
+                 "%s (%s)" % (v, ", ".join("%s=%s" % kv for kv in
+                                           sorted(s["props"][v].items())))
+                 for v in s["variants"]) + ".", "",
+             "## Per variant (medians)", "",
+             "| workload | variant | IOPS | MB/s | p50 clat us | p99 clat "
+             "us | durable IOPS | disk bytes read / guest byte | written "
+             "/ guest byte | disk MB/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for w in [w[0] for w in s["workloads"]]:
+        for v in s["variants"]:
+            m = dict((k, _med(runs, v, w, k)) for k in (
+                "iops", "mb_s", "clat_p50_us", "clat_p99_us",
+                "durable_iops", "disk_read_per_byte",
+                "disk_written_per_byte", "disk_bps"))
+            if m["iops"] is None:
+                continue
+            lines.append("| %s | %s | %.1f | %.2f | %.0f | %.0f | %.1f | "
+                         "%.2f | %.2f | %.2f |" % (
+                             w, v, m["iops"], m["mb_s"], m["clat_p50_us"],
+                             m["clat_p99_us"], m["durable_iops"],
+                             m["disk_read_per_byte"],
+                             m["disk_written_per_byte"],
+                             m["disk_bps"] / 1e6))
+    for pair, table in sorted(s["ratios"].items()):
+        lines += ["", "## %s, per-run ratios: median (min-max)" % pair, "",
+                  "| workload | IOPS | p50 clat | p99 clat | durable IOPS "
+                  "| disk read / byte | disk written / byte |",
+                  "|---|---|---|---|---|---|---|"]
+        for w in [w[0] for w in s["workloads"]]:
+            f = table.get(w, {})
+            lines.append("| %s | %s |" % (w, " | ".join(
+                _ratio(f.get(k)) for k in (
+                    "iops", "clat_p50_us", "clat_p99_us", "durable_iops",
+                    "disk_read_per_byte", "disk_written_per_byte"))))
+    lines += ["", "Disk MB/s is dom0's pool disk over the run and its "
+              "flush, against the %.2f MB/s limit: near it, the disk "
+              "bound the run; well below, the emulated CPU did." %
+              (s["throttle"]["bps"] / 1e6), "",
+              "Section wall time: %.0f s." % s.get("wall_s", 0), ""]
+    return "\n".join(lines)
+
+
+def _fio_version(s):
+    for line in s.get("domu", {}).get("lines", []):
+        if line.startswith("fio "):
+            return line.split(" ", 1)[1]
+    return "?"
+
+
+def _ratio(f):
+    if not f:
+        return "-"
+    return "%.2fx (%.2f-%.2f)" % (f["median"], f["min"], f["max"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description="vm-fio's report")
+    parser.add_argument("--report", required=True, metavar="DIR")
+    args = parser.parse_args()
+    with open(os.path.join(args.report, "results.json")) as f:
+        result = json.load(f)
+    text = report(result)
+    with open(os.path.join(args.report, "report.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
