@@ -262,21 +262,9 @@ class VmBench(object):
         caches, drained disks; dom0's disk counters around it."""
         import diskrig
         from measure import arc_data_counts, disk_counts
-        _, rw, bs, iodepth = workload
+        rw = workload[1]
         target = self.targets[name]
-        size = self.plan["size_bytes"]
-        sequential = not rw.startswith("rand")
-        options = ["--rw=" + rw, "--bs=" + bs, "--iodepth=%d" % iodepth]
-        if sequential:
-            offset = diskrig.seq_offset(k, size)
-            options += ["--offset=%d" % offset,
-                        "--size=%d" % min(self.plan["seq_bytes"],
-                                          size - offset)]
-        else:
-            options += ["--size=%d" % size, "--time_based",
-                        "--runtime=%d" % self.plan["runtime_s"]]
-        if "write" in rw:
-            options.append("--end_fsync=1")
+        options = fio_options(workload, k, self.plan)
         all_disks = sorted(set(d for t in self.targets.values()
                                for d in t.disks))
         every = diskrig.stat_files(all_disks)
@@ -288,7 +276,7 @@ class VmBench(object):
         quiet_s += diskrig.wait_quiet(every)
         arc0, disk0 = arc_data_counts(), disk_counts(stats)
         tag = "%s-%s-r%d" % (workload[0], name, k)
-        self.command(["fio", tag, self.devs[name]] + options + FIO_FLAGS)
+        self.command(["fio", tag, self.devs[name]] + options)
         prefix = "result %s " % tag
         lines = self.wait_line(lambda l: l.startswith(prefix),
                                RESULT_TIMEOUT)
@@ -342,6 +330,28 @@ class VmBench(object):
             self.ext4.close()
         for sr, vol in self.vdis.values():
             bench_disk_bound._destroy_volume(self.ctx, sr, vol)
+
+
+def fio_options(workload, k, plan_):
+    """fio's options for the k-th run of a workload (FIO_FLAGS after
+    them): a random run lasts plan_["runtime_s"] over the whole VDI; a
+    sequential one moves plan_["seq_bytes"] from diskrig.seq_offset(k)
+    and is timed to its last completion, as the disk-bound rig's; a
+    write ends with an fsync (the guest's flush through blkfront)."""
+    import diskrig
+    _, rw, bs, iodepth = workload
+    size = plan_["size_bytes"]
+    options = ["--rw=" + rw, "--bs=" + bs, "--iodepth=%d" % iodepth]
+    if rw.startswith("rand"):
+        options += ["--size=%d" % size, "--time_based",
+                    "--runtime=%d" % plan_["runtime_s"]]
+    else:
+        offset = diskrig.seq_offset(k, size)
+        options += ["--offset=%d" % offset,
+                    "--size=%d" % min(plan_["seq_bytes"], size - offset)]
+    if "write" in rw:
+        options.append("--end_fsync=1")
+    return options + FIO_FLAGS
 
 
 def fio_vm_class():

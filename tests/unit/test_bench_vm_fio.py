@@ -1,0 +1,101 @@
+"""The VM fio benchmark's arithmetic and what it sends the domU.
+
+The benchmark runs in the Xen guest (make bench-vm-fio); what can be
+wrong without one is here: ratios paired per run (not ratios of
+medians), the fio options each run sends through the domU's console (one
+line of plain words, or the domU's shell would split them), and a
+command refused before anything is sent.
+"""
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
+
+import bench_vm_fio  # noqa: E402
+
+MIB = 1024 * 1024
+PLAN = {"size_bytes": 48 * MIB, "runtime_s": 10, "seq_bytes": 8 * MIB,
+        "runs": 3}
+
+
+def run(variant, workload, i, iops, read_per_byte=1.0):
+    return {"variant": variant, "workload": workload, "run": i,
+            "iops": iops, "mb_s": iops, "clat_p50_us": 1000.0 / iops,
+            "clat_p99_us": 2000.0 / iops, "durable_iops": iops,
+            "disk_read_per_byte": read_per_byte,
+            "disk_written_per_byte": 0.0}
+
+
+def test_ratios_are_the_median_of_per_run_ratios():
+    w = "randread-4k-qd1"
+    runs = [run("16k", w, 0, 100), run("8k", w, 0, 200),
+            run("16k", w, 1, 50), run("8k", w, 1, 150),
+            run("16k", w, 2, 200), run("8k", w, 2, 210)]
+    got = bench_vm_fio.pair_ratios(runs)["8k/16k"][w]["iops"]
+    # per run: 2.0, 3.0, 1.05; the ratio of medians would be 1.5
+    assert got["median"] == pytest.approx(2.0)
+    assert got["min"] == pytest.approx(1.05)
+    assert got["max"] == pytest.approx(3.0)
+    # no VHD ran: no pair against it
+    assert set(bench_vm_fio.pair_ratios(runs)) == {"8k/16k"}
+
+
+def test_a_zero_denominator_is_left_out_not_divided_by():
+    w = "seqread-1M"
+    runs = [run("16k", w, 0, 10), run("8k", w, 0, 10),
+            run("16k", w, 1, 10), run("8k", w, 1, 10)]
+    runs[0]["disk_written_per_byte"] = 0.0
+    got = bench_vm_fio.pair_ratios(runs)["8k/16k"][w]
+    assert "disk_written_per_byte" not in got
+    assert got["iops"]["runs"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("workload", bench_vm_fio.WORKLOADS,
+                         ids=[w[0] for w in bench_vm_fio.WORKLOADS])
+def test_every_run_sends_plain_words_the_domu_can_split(workload):
+    for k in range(4):
+        options = bench_vm_fio.fio_options(workload, k, PLAN)
+        assert all(bench_vm_fio.OPTION.match(o) for o in options), options
+        assert "--direct=1" in options
+        if workload[1].startswith("rand"):
+            assert "--runtime=10" in options
+        else:
+            offset = int([o for o in options
+                          if o.startswith("--offset=")][0].split("=")[1])
+            size = int([o for o in options
+                        if o.startswith("--size=")][0].split("=")[1])
+            assert offset + size <= PLAN["size_bytes"]
+        assert ("--end_fsync=1" in options) == ("write" in workload[1])
+
+
+class FakePty(object):
+    def __init__(self):
+        self.sent = []
+
+    def send(self, line):
+        self.sent.append(line)
+
+
+def test_a_command_with_a_shell_word_is_refused_before_it_is_sent():
+    bench = bench_vm_fio.VmBench(None, [], PLAN)
+    bench.pty = FakePty()
+    with pytest.raises(ValueError):
+        bench.command(["fio", "tag", "xvdb", "--name=x;poweroff"])
+    assert bench.pty.sent == [] and bench.sent == 0
+
+
+def test_a_command_waits_for_the_domus_ready_line_of_its_turn():
+    bench = bench_vm_fio.VmBench(None, [], PLAN)
+    bench.pty = FakePty()
+    waited = []
+    bench.wait_line = lambda match, timeout: waited.append(
+        [match("ready 1"), match("ready 2"), match("ready 10")])
+    bench.command(["fio", "t", "xvdb", "--rw=read"])
+    bench.command(["end"])
+    assert waited == [[True, False, False], [False, True, False]]
+    assert bench.pty.sent == ["fio t xvdb --rw=read", "end"]
