@@ -171,8 +171,8 @@ class VmBench(object):
         """Start the VM with every variant's disk; returns what the domU
         said about itself (fio's version, its disks' sizes)."""
         import common
-        from test_xen_vm import Store
         vm_cls = fio_vm_class()
+        from test_xen_vm import Store
         tmp = pathlib.Path("/var/tmp/zfsng-vm-fio")
         tmp.mkdir(parents=True, exist_ok=True)
         from plugin_client import Plugin
@@ -354,15 +354,22 @@ def fio_options(workload, k, plan_):
     return options + FIO_FLAGS
 
 
-def fio_vm_class():
-    """xenops.Vm booting tests/xen/vm-fio-domu, with more memory, and able
-    to plug a bare tapdev (the VHD on ext4: SMAPIv1's, no zfs-ng
-    Datapath calls) the way it plugs a zfs-ng VDI's."""
+def xen_paths():
+    """tests/xen's modules (and the integration suite's, which they
+    import) and Xen's Python bindings on sys.path; returns tests/xen."""
     xen = os.path.join(HERE, "..", "xen")
     for path in (xen, os.path.join(HERE, "..", "integration"),
                  "/usr/lib/xen-4.17/lib/python"):
         if path not in sys.path:
             sys.path.insert(0, path)
+    return xen
+
+
+def fio_vm_class():
+    """xenops.Vm booting tests/xen/vm-fio-domu, with more memory, and able
+    to plug a bare tapdev (the VHD on ext4: SMAPIv1's, no zfs-ng
+    Datapath calls) the way it plugs a zfs-ng VDI's."""
+    xen = xen_paths()
     import xenops
     from test_xen_vm import Vbd3, wait_for
 
