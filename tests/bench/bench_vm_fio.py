@@ -110,12 +110,19 @@ def run(ctx):
     with diskrig.arc_cap(diskrig.ARC_SMALL_BLOCKS) as cap:
         out["tuning"]["zfs_arc_max"] = cap.value
         bench = VmBench(ctx, names, plan_)
+        out["runs_list"] = bench.runs
         try:
             bench.setup()
             out["props"] = bench.props
             out["domu"] = bench.boot()
-            out["runs_list"] = bench.measure_all()
+            bench.measure_all()
             bench.halt()
+        except Exception:
+            # the runs done so far are kept, and the section fails
+            import traceback
+            traceback.print_exc()
+            out["failed_parts"] = ["runs"]
+            out["error"] = traceback.format_exc()[-2000:]
         finally:
             bench.close()
     out["ratios"] = pair_ratios(out["runs_list"])
@@ -134,6 +141,7 @@ class VmBench(object):
         self.vm = None
         self.pty = None
         self.devs = {}          # name: the domU's xvdX
+        self.runs = []          # each run's figures, as they come
         self.sent = 0
 
     # --- the disks ---------------------------------------------------------
@@ -244,7 +252,7 @@ class VmBench(object):
     def measure_all(self):
         import bench_disk_bound
         import common
-        runs = []
+        runs = self.runs
         turn = 0
         for workload in WORKLOADS:
             for i in range(self.plan["runs"]):
