@@ -60,8 +60,9 @@ WORKLOADS = [
     ("randwrite-4k-qd1", "randwrite", "4k", 1),
     ("seqwrite-1M", "write", "1M", 4),
 ]
-# name, SR device-config (zfs-ng's defaults otherwise: sync=always)
-VARIANTS = [("16k", {}), ("8k", {"volblocksize": "8K"})]
+# name, SR device-config (zfs-ng's defaults otherwise: sync=always); the
+# block size always set, whatever the default for the pool's layout is
+VARIANTS = [("16k", {"volblocksize": "16K"}), ("8k", {"volblocksize": "8K"})]
 EXT4 = "vhd-ext4"
 # (numerator, denominator) of the paired ratios
 PAIRS = [("8k", "16k"), ("16k", EXT4), ("8k", EXT4)]
@@ -525,7 +526,7 @@ def report(result):
              c.get("date", "?"), "",
              "One PV domU (Xen 4.17, %d MiB, 1 vCPU), one disk per "
              "variant: blkfront -> tapback -> tapdisk -> zvol (or VHD on "
-             "ext4). fio %s in the domU, O_DIRECT, libaio, on the raw "
+             "ext4). %s in the domU, O_DIRECT, libaio, on the raw "
              "disk. Pool disk throttled by QEMU to %d requests/s and "
              "%.2f MB/s; ARC capped at %d MiB and dropped before every "
              "run; %d MiB per VDI, filled first; random runs %d s, "
