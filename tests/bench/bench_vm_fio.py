@@ -286,16 +286,13 @@ class VmBench(object):
         arc0, disk0 = arc_data_counts(), disk_counts(stats)
         tag = "%s-%s-r%d" % (workload[0], name, k)
         self.command(["fio", tag, self.devs[name]] + options)
-        prefix = "result %s " % tag
-        lines = self.wait_line(lambda l: l.startswith(prefix),
-                               RESULT_TIMEOUT)
+        report = self.result(tag)
         start = time.perf_counter()
         if "write" in rw:
             target.sync()
         flush = time.perf_counter() - start
         arc1, disk1 = arc_data_counts(), disk_counts(stats)
-        text = [l for l in lines if l.startswith(prefix)][-1][len(prefix):]
-        job = json.loads(text[text.index("{"):])["jobs"][0]
+        job = report["jobs"][0]
         if job.get("error"):
             raise RuntimeError("fio %s: error %s" % (tag, job["error"]))
         side = job["read" if "read" in rw else "write"]
@@ -320,8 +317,27 @@ class VmBench(object):
                 "arc_hits": arc1[0] - arc0[0],
                 "arc_misses": arc1[1] - arc0[1],
                 "domu_util": [u.get("util") for u in
-                              json.loads(text[text.index("{"):]).get(
-                                  "disk_util", [])]}
+                              report.get("disk_util", [])]}
+
+    def result(self, tag, tries=3):
+        """fio's JSON report of the run tag, as the domU printed it; a
+        line whose sha256 is not the one printed with it (cut or mixed
+        on its way through the console) is asked for again."""
+        prefix = "result %s " % tag
+        for attempt in range(1, tries + 1):
+            lines = self.wait_line(lambda l: len(
+                [x for x in self.vm.lines() if x.startswith(prefix)])
+                >= attempt, RESULT_TIMEOUT)
+            got = [l for l in lines if l.startswith(prefix)][attempt - 1]
+            report = verified(got[len(prefix):])
+            if report is not None:
+                return report
+            import common
+            common.log("vm-fio: %s's report came through the console "
+                       "garbled, asking again", tag)
+            self.command(["show", tag])
+        raise RuntimeError("fio's report of %s garbled %d times" % (
+            tag, tries))
 
     def close(self):
         """Whatever happened: the VM gone, its disks detached, the
@@ -339,6 +355,19 @@ class VmBench(object):
             self.ext4.close()
         for sr, vol in self.vdis.values():
             bench_disk_bound._destroy_volume(self.ctx, sr, vol)
+
+
+def verified(text):
+    """fio's report from "<sha256> <json>" if the json's sha256 is the
+    one printed with it, else None."""
+    import hashlib
+    sha, _, body = text.partition(" ")
+    if hashlib.sha256(body.encode()).hexdigest() != sha:
+        return None
+    try:
+        return json.loads(body[body.index("{"):])
+    except ValueError:
+        return None
 
 
 def fio_options(workload, k, plan_):

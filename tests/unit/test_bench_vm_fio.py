@@ -99,3 +99,15 @@ def test_a_command_waits_for_the_domus_ready_line_of_its_turn():
     bench.command(["end"])
     assert waited == [[True, False, False], [False, True, False]]
     assert bench.pty.sent == ["fio t xvdb --rw=read", "end"]
+
+
+def test_a_report_is_taken_only_if_its_sha256_matches():
+    import hashlib
+    body = '{"jobs": [{"read": {"total_ios": 3}}]}'
+    sha = hashlib.sha256(body.encode()).hexdigest()
+    assert bench_vm_fio.verified(sha + " " + body)["jobs"][0]["read"] == \
+        {"total_ios": 3}
+    # a kernel message inside the line, or a character lost
+    cut = body[:10] + "[  12.3] xen: msg" + body[10:]
+    assert bench_vm_fio.verified(sha + " " + cut) is None
+    assert bench_vm_fio.verified(sha + " " + body[:-1]) is None
