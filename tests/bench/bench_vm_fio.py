@@ -324,11 +324,13 @@ class VmBench(object):
         line whose sha256 is not the one printed with it (cut or mixed
         on its way through the console) is asked for again."""
         prefix = "result %s " % tag
+
+        def printed():      # the console's log only grows
+            return [x for x in self.vm.lines() if x.startswith(prefix)]
         for attempt in range(1, tries + 1):
-            lines = self.wait_line(lambda l: len(
-                [x for x in self.vm.lines() if x.startswith(prefix)])
-                >= attempt, RESULT_TIMEOUT)
-            got = [l for l in lines if l.startswith(prefix)][attempt - 1]
+            self.wait_line(lambda l: len(printed()) >= attempt,
+                           RESULT_TIMEOUT)
+            got = printed()[attempt - 1]
             report = verified(got[len(prefix):])
             if report is not None:
                 return report
