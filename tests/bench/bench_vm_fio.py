@@ -210,9 +210,9 @@ class VmBench(object):
                 "devices": dict(self.devs),
                 "initramfs_extra_mib": lib_bytes / MIB}
 
-    def wait_line(self, match, timeout):
-        """Until the domU printed a line match() accepts (or an ERROR
-        line: raised); returns this boot's lines."""
+    def wait_line(self, match, timeout, count=1):
+        """Until the domU printed count lines match() accepts (or an
+        ERROR line: raised); returns this boot's lines."""
         from test_xen_vm import console
         end = time.monotonic() + timeout
         while True:
@@ -223,7 +223,7 @@ class VmBench(object):
             if errors:
                 raise RuntimeError("the domU: %s\n%s" % (
                     "; ".join(errors), console(self.vm.console)[-3000:]))
-            if any(match(l) for l in lines):
+            if sum(1 for l in lines if match(l)) >= count:
                 return lines
             if time.monotonic() > end:
                 raise RuntimeError("timed out after %ds waiting for the "
@@ -325,12 +325,10 @@ class VmBench(object):
         on its way through the console) is asked for again."""
         prefix = "result %s " % tag
 
-        def printed():      # the console's log only grows
-            return [x for x in self.vm.lines() if x.startswith(prefix)]
         for attempt in range(1, tries + 1):
-            self.wait_line(lambda l: len(printed()) >= attempt,
-                           RESULT_TIMEOUT)
-            got = printed()[attempt - 1]
+            lines = self.wait_line(lambda l: l.startswith(prefix),
+                                   RESULT_TIMEOUT, count=attempt)
+            got = [l for l in lines if l.startswith(prefix)][attempt - 1]
             report = verified(got[len(prefix):])
             if report is not None:
                 return report
