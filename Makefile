@@ -413,8 +413,8 @@ bench-disk-bound: $(VENV)/.bench-tools
 # fio inside a real Xen PV VM whose disks are zfs-ng VDIs (blkfront ->
 # tapback -> tapdisk -> zvol), the guest booted as a Xen host, its disks
 # throttled as the disk-bound run's 2.3 limits (tests/bench/
-# bench_vm_fio.py): 16K against 8K blocks by default, about 20 minutes
-# of guest time. Not part of make check.
+# bench_vm_fio.py): 16K against 8K blocks by default, about 17 minutes
+# of guest time (add vhd-ext4: about 7 more). Not part of make check.
 VMFIO_OUT      ?= build/bench-vm-fio
 VMFIO_THROTTLE ?= 137:782818
 bench-vm-fio:
