@@ -209,6 +209,12 @@ def _series():
     return ".".join(version.split("-")[1].split(".")[:2])
 
 
+def default_volblocksize():
+    """The volblocksize zfs-ng gives a new SR on one disk or a mirror
+    here: 8K from OpenZFS 2.2 on, 16K on 2.1 (devconfig)."""
+    return 16384 if _series() == "2.1" else 8192
+
+
 def _halves():
     """Whether make check's split applies: make check runs the suite on
     OpenZFS 2.1 and 2.3 side by side, and some of it (below) once, on one

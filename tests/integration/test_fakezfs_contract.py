@@ -448,6 +448,10 @@ def fake_host(disks, hostid):
                       by_id=os.path.basename(path),
                       ashift=detected_ashift(path))
     host.hostid = hostid
+    # the release the plugin reads (the SR's default volblocksize)
+    host.version_text = subprocess.run(
+        ["zfs", "version"], stdout=subprocess.PIPE, check=True,
+        timeout=60).stdout.decode()
     return host
 
 

@@ -19,12 +19,12 @@ import subprocess
 import pytest
 
 import xapi_flows as xapi
-from conftest import PluginError, one_disk_sr, sh
+from conftest import PluginError, default_volblocksize, one_disk_sr, sh
 
 TiB = 1 << 40
 GiB = 1 << 30
 MiB = 1 << 20
-BLOCK = 8 * 1024               # the SR's volblocksize (one disk's default)
+BLOCK = default_volblocksize()  # the one-disk SR's volblocksize
 LIMIT = 2 ** 63 - BLOCK        # the largest VDI on such an SR
 # What xapi-storage-script sends for a VBD plugged into dom0 (main.ml
 # domain_of: "u0-" ^ dp with every '/' and '-' mapped to '_')

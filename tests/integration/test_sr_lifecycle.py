@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from conftest import (PluginError, all_disks, disk_state, leaves, pools_on,
-                      played, sh, traced_points, wipe)
+from conftest import (PluginError, all_disks, default_volblocksize,
+                      disk_state, leaves, pools_on, played, sh,
+                      traced_points, wipe)
 
 GiB = 1 << 30
 
@@ -52,9 +53,10 @@ def assert_reusable(disks):
     sh("zpool", "destroy", "reuse")
 
 
-def full_cycle(plugin, uuid, stored, disks, block=8192):
+def full_cycle(plugin, uuid, stored, disks, block=None):
     """attach, VDI, detach, probe, re-attach, VDI still there, destroy.
-    block: the default volblocksize of the layout (8K, 16K on raidz)."""
+    block: the default volblocksize of the layout (16K on raidz)."""
+    block = block or default_volblocksize()
     sr = attach(plugin, stored)
     vol = plugin("Volume.create", sr=sr, name="disk one", description="first",
                  size=100 * 1024 * 1024 + 1, sharable=False)
@@ -197,7 +199,8 @@ def test_adopted_pool_is_never_exported_or_destroyed(plugin, disks,
     assert sr == "tank/zfsng-" + uuid
     vol = plugin("Volume.create", sr=sr, name="v", description="",
                  size=1 << 20, sharable=False)
-    assert zfs_get("%s/%s" % (sr, vol["key"]), "volblocksize") == ["8192"]
+    assert zfs_get("%s/%s" % (sr, vol["key"]), "volblocksize") == \
+        [str(default_volblocksize())]
     assert [v["key"] for v in plugin("SR.ls", sr=sr)] == [vol["key"]]
     plugin("SR.detach", sr=sr)
     assert "tank" in sh("zpool", "list", "-H", "-o", "name").split()
@@ -256,7 +259,8 @@ def test_diagnostics_report(plugin, disks, new_uuid):
     attach(plugin, stored)
     text = plugin("Plugin.diagnostics")
     assert "zpool status dg" in text and "ONLINE" in text
-    assert "org.xcp-ng.zfs-ng:volblocksize: 8192" in text
+    assert "org.xcp-ng.zfs-ng:volblocksize: %d" % default_volblocksize() \
+        in text
 
 
 @pytest.mark.parametrize("config,error", [

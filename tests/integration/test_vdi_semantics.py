@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 import xapi_flows as xapi
-from conftest import PluginError, one_disk_sr, played, sh, traced_points
+from conftest import (PluginError, default_volblocksize, one_disk_sr,
+                      played, sh, traced_points)
 
 MiB = 1 << 20
 
@@ -197,7 +198,7 @@ def test_resize_grows_and_refuses_shrink(plugin, sr):
     data = write_pattern(device(sr, vdi["key"]), 8)
     plugin("Volume.resize", sr=sr, key=vdi["key"], new_size=20 * MiB + 1)
     size = plugin("Volume.stat", sr=sr, key=vdi["key"])["virtual_size"]
-    assert size == 20 * MiB + 8 * 1024     # the SR's 8K blocks
+    assert size == 20 * MiB + default_volblocksize()   # whole blocks
     assert read_hash(device(sr, vdi["key"])) == data
     with pytest.raises(PluginError) as err:
         plugin("Volume.resize", sr=sr, key=vdi["key"], new_size=8 * MiB)

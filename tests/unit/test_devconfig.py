@@ -56,8 +56,11 @@ def test_the_default_volblocksize_is_16k_on_raidz_8k_elsewhere(vdev,
                                                               parity):
     cfg = parse({"vdev": vdev})
     assert cfg.creates_parity() is parity
-    assert devconfig.default_volblocksize(cfg.creates_parity()) == \
+    assert devconfig.default_volblocksize(cfg.creates_parity(), (2, 3)) == \
         (16384 if parity else 8192)
+    for old in ((2, 1), (0, 8), None):     # 2.1's ARC: 16K everywhere
+        assert devconfig.default_volblocksize(cfg.creates_parity(),
+                                              old) == 16384
 
 
 def test_every_key_is_documented_for_xe_sm_list():

@@ -51,7 +51,7 @@ def test_device_builds_a_tuned_pool(fake):
     assert props[meta.SR_UUID] == SR_UUID
     assert props[meta.SR_OWNER] == "pool"
     assert props[meta.SR_PROVISIONING] == "thin"
-    assert props[meta.SR_VOLBLOCKSIZE] == "8192"   # one disk: 8K
+    assert props[meta.SR_VOLBLOCKSIZE] == "16384"  # the fake is 2.1
     assert props[meta.SR_FORMAT] == meta.FORMAT_VERSION
     assert json.loads(props[meta.SR_NAME]) == "tank"
     assert json.loads(props[meta.SR_DESCRIPTION]) == "VM disks"
@@ -90,6 +90,9 @@ def test_vdev_raidz1(fake):
     assert 18 * GiB < total < 20 * GiB  # two disks' worth
 
 
+OPENZFS_23 = "zfs-2.3.2-1\nzfs-kmod-2.3.2-1\n"
+
+
 @pytest.mark.parametrize("layout,block", [
     ("mirror /dev/sdb /dev/sdc", "8192"),
     ("/dev/sdb /dev/sdc", "8192"),
@@ -98,8 +101,20 @@ def test_vdev_raidz1(fake):
     ("raidz2 /dev/sdb /dev/sdc /dev/sdd /dev/sde", "16384"),
 ])
 def test_the_default_volblocksize_follows_the_layout(fake, layout, block):
+    fake.version_text = OPENZFS_23
     create({"vdev": layout})
     assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == block
+
+
+@pytest.mark.parametrize("version", [
+    "zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n",
+    "zfs-2.3.2-1\nzfs-kmod-2.1.11-1\n",     # the module is what runs
+    "zfs-unknown\n"])
+def test_openzfs_2_1_gets_16k_on_every_layout(fake, version):
+    """2.1 deadlocked with 8K zvols under an ARC at its floor."""
+    fake.version_text = version
+    create({"vdev": "mirror /dev/sdb /dev/sdc"})
+    assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == "16384"
 
 
 def test_a_volblocksize_given_wins_over_the_layouts(fake):
@@ -115,6 +130,7 @@ def test_a_volblocksize_given_wins_over_the_layouts(fake):
                                         ("dataset", "data/vms")])
 def test_an_adopted_pools_layout_sets_the_default_volblocksize(
         fake, layout, block, key, parent):
+    fake.version_text = OPENZFS_23
     fake.admin("zpool create -m none data %s" % layout)
     if key == "dataset":
         fake.admin("zfs create data/vms")

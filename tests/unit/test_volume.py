@@ -34,10 +34,10 @@ def created(fake):
 
 # --- create ------------------------------------------------------------------
 
-@pytest.mark.parametrize("size,expected", [     # 8K: one disk's default
-    (1, 8 * KiB), (512, 8 * KiB), (8 * KiB - 1, 8 * KiB),
-    (8 * KiB, 8 * KiB), (8 * KiB + 1, 16 * KiB), (GiB, GiB),
-    (GiB + 1, GiB + 8 * KiB), (10 * GiB - 4096, 10 * GiB),
+@pytest.mark.parametrize("size,expected", [
+    (1, 16 * KiB), (512, 16 * KiB), (16 * KiB - 1, 16 * KiB),
+    (16 * KiB, 16 * KiB), (16 * KiB + 1, 32 * KiB), (GiB, GiB),
+    (GiB + 1, GiB + 16 * KiB), (10 * GiB - 4096, 10 * GiB),
 ])
 def test_size_is_rounded_up_to_the_volblocksize(fake, sr, size, expected):
     volume = create_volume(sr, size=size)

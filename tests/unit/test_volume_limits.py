@@ -21,7 +21,6 @@ from conftest import call, create_sr, create_volume, plain_keys
 GiB, KiB = fakezfs.GiB, fakezfs.KiB
 TiB = 1024 * GiB
 INT64_MAX = 2 ** 63 - 1
-BLOCK = 8 * KiB         # the default volblocksize of the one-disk SR
 
 
 @pytest.fixture
@@ -41,20 +40,20 @@ def test_the_limit_is_8_eib_less_one_block():
     assert volume.max_size(4 * KiB) == 2 ** 63 - 4 * KiB
 
 
-@pytest.mark.parametrize("size", [INT64_MAX, 2 ** 63 - BLOCK + 1])
+@pytest.mark.parametrize("size", [INT64_MAX, 2 ** 63 - 16 * KiB + 1])
 def test_create_beyond_the_limit_is_refused_before_anything(fake, sr, size):
     before = len(fake.calls)
     with pytest.raises(errors.VolumeTooLarge) as err:
         create_volume(sr, size=size)
-    assert str(2 ** 63 - BLOCK) in err.value.message    # names the limit
+    assert str(2 ** 63 - 16 * KiB) in err.value.message    # names the limit
     assert fake.mutations(before) == []
     assert call("SR.ls", sr=sr) == []
 
 
 def test_create_at_the_limit(fake, sr):
-    vol = create_volume(sr, size=2 ** 63 - BLOCK)
-    assert vol["virtual_size"] == 2 ** 63 - BLOCK
-    assert call("SR.ls", sr=sr)[0]["virtual_size"] == 2 ** 63 - BLOCK
+    vol = create_volume(sr, size=2 ** 63 - 16 * KiB)
+    assert vol["virtual_size"] == 2 ** 63 - 16 * KiB
+    assert call("SR.ls", sr=sr)[0]["virtual_size"] == 2 ** 63 - 16 * KiB
 
 
 def test_the_limit_follows_the_srs_volblocksize(fake):

@@ -251,3 +251,13 @@ def test_a_suspended_pool_is_pool_suspended(fake, pool):
         zfs.snapshot("tank/v@s")
     assert isinstance(info.value, errors.ZfsError)
     assert len(fake.ran("zfs", "snapshot")) == 1   # no retry: not busy
+
+
+@pytest.mark.parametrize("text,found", [
+    ("zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n", (2, 1)),
+    ("zfs-2.3.2-1\nzfs-kmod-2.2.0-rc1\n", (2, 2)),    # the module's
+    ("zfs-2.3.2-1\n", (2, 3)),                       # no module line
+    ("zfs-unknown\n", None)])
+def test_kernel_version(fake, text, found):
+    fake.version_text = text
+    assert zfs.kernel_version() == found

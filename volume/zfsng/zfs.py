@@ -371,3 +371,14 @@ def version():
     """``zfs version`` first line, e.g. 'zfs-2.1.11-1'."""
     out = zfs("version", retry_busy=False)
     return out.splitlines()[0].strip() if out else "unknown"
+
+
+def kernel_version():
+    """(major, minor) of the loaded OpenZFS module, from ``zfs version``'s
+    zfs-kmod line (the userland's if there is none), or None."""
+    out = zfs("version", retry_busy=False)
+    found = [re.match(r"^zfs(-kmod)?-([0-9]+)\.([0-9]+)", line.strip())
+             for line in out.splitlines()]
+    found = sorted((m for m in found if m), key=lambda m: not m.group(1))
+    return (int(found[0].group(2)), int(found[0].group(3))) if found \
+        else None

@@ -27,8 +27,8 @@ KEYS = {
                  "it is a valid unused pool name, else zfsng-<uuid prefix>)",
     "compression": "off, lz4 (default), zstd, zstd-1..19, gzip, gzip-1..9",
     "volblocksize": "Block size of every VDI zvol, 4K..128K (default "
-                    "8K on one disk, stripes and mirrors, 16K on raidz "
-                    "and dRAID)",
+                    "8K on one disk, stripes and mirrors with OpenZFS "
+                    "2.2 or later; 16K on raidz, dRAID and OpenZFS 2.1)",
     "ashift": "Pool sector size exponent, 9..16 (default: detected by ZFS)",
     "provisioning": "thin (default) or thick (VDIs fully reserved)",
     "sync": "always (default: a guest's flushed writes survive a power "
@@ -62,16 +62,22 @@ CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
 # blocks halve the disk bytes of a 4k random read against 16K and cost no
 # space on disks and mirrors; on raidz of 4K-sector disks an 8K block
 # carries a whole parity sector per data sector or two (34-60% more
-# space measured), 16K far less.
-VOLBLOCKSIZE_PLAIN = 8 * 1024
-VOLBLOCKSIZE_PARITY = 16 * 1024
+# space measured), 16K far less. OpenZFS 2.1 deadlocked with two 8K
+# zvols under an ARC at its floor (a dom0 under memory pressure), never
+# with 16K: 8K from 2.2 on, whose ARC eviction was rewritten.
+VOLBLOCKSIZE_SMALL = 8 * 1024
+VOLBLOCKSIZE_SAFE = 16 * 1024
+SMALL_BLOCKS_SINCE = (2, 2)
 PARITY_WORDS = ("raidz", "raidz1", "raidz2", "raidz3")
 
 
-def default_volblocksize(parity):
-    """The volblocksize of a new SR that device-config does not set:
-    by its pool's layout (parity: raidz or dRAID data vdevs)."""
-    return VOLBLOCKSIZE_PARITY if parity else VOLBLOCKSIZE_PLAIN
+def default_volblocksize(parity, zfs_version):
+    """The volblocksize of a new SR that device-config does not set: by
+    its pool's layout (parity: raidz or dRAID data vdevs) and the loaded
+    OpenZFS's (major, minor), None if unknown."""
+    if parity or not zfs_version or zfs_version < SMALL_BLOCKS_SINCE:
+        return VOLBLOCKSIZE_SAFE
+    return VOLBLOCKSIZE_SMALL
 
 
 class SrConfig(object):

@@ -72,14 +72,15 @@ def _sr_props(uuid, cfg, name, description, owner, configuration=None):
 
 
 def _choose_volblocksize(cfg):
-    """Give cfg the default volblocksize of its pool's layout unless
-    device-config set one: the pool it creates, or the adopted one as
-    ``zpool list -v`` shows it. Stored on the SR, so an SR keeps its
-    block size whatever later defaults say."""
+    """Give cfg the default volblocksize of its pool's layout and the
+    loaded OpenZFS unless device-config set one: the pool it creates, or
+    the adopted one as ``zpool list -v`` shows it. Stored on the SR, so an
+    SR keeps its block size whatever later defaults say."""
     if cfg.volblocksize is None:
         parity = cfg.creates_parity() if cfg.source == "pool" else \
             pools.has_parity(meta.pool_of(cfg.parent))
-        cfg.volblocksize = devconfig.default_volblocksize(parity)
+        cfg.volblocksize = devconfig.default_volblocksize(
+            parity, zfs.kernel_version())
 
 
 def _choose_pool_name(uuid, cfg, name):

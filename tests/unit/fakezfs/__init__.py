@@ -107,6 +107,8 @@ class FakeZfs(ZpoolCommands, ZfsCommands, Disks, Streams, Accounting):
         self.hostid, self.hostname = 0x5eed1d05, os.uname()[1]
         self._guid = 9 * 10 ** 18 + 170000000000000
         self.default_volblocksize = DEFAULT_VOLBLOCKSIZE
+        # what ``zfs version`` prints: a test may play another release
+        self.version_text = ZFS_VERSION
         # Not OpenZFS: a cap of 4096 bytes on user property values that
         # this fake always had (tests/unit/test_fakezfs.py relies on it).
         # None leaves only what OpenZFS 2.1/2.3 enforce (ZAP_MAXVALUELEN).

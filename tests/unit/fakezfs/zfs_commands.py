@@ -8,7 +8,7 @@ removing datasets).
 """
 
 from .model import (
-    COMPONENT_RE, FS_BASE, NATIVE_DEFAULTS, VOL_BASE, ZFS_VERSION,
+    COMPONENT_RE, FS_BASE, NATIVE_DEFAULTS, VOL_BASE,
     CommandError, Dataset, _Unknown, _head, _parent_name, _sort_key, nicenum,
     parse_size)
 
@@ -21,7 +21,7 @@ class ZfsCommands(object):
     def _zfs_version(self, argv):
         if len(argv) != 2:
             raise _Unknown()
-        return ZFS_VERSION
+        return self.version_text
 
     @staticmethod
     def _types(text):

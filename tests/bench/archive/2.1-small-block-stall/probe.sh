@@ -1,8 +1,9 @@
 #!/bin/sh
 # The 2.1 small-block stall probe, one backend and one ARC cap a boot. Run
 # inside the guest from the worktree, with run.sh --cut-on cut:
-#   probe.sh BACKEND CAP_MIB LIMIT_S
-# e.g. probe.sh tap-zvol-8k 64 1500. Every 20 s it appends the ARC's size,
+#   probe.sh BACKEND CAP_MIB LIMIT_S [THROTTLE]
+# e.g. probe.sh tap-zvol-8k 64 1500. THROTTLE: run.sh's --throttle, 2.1's
+# 162:925668 unless given (2.3's: 137:782818). Every 20 s it appends the ARC's size,
 # target, metadata and eviction skips and the pool disks' read/write
 # counters to /results/trace.txt. A stall is the first hung-task report
 # (a task blocked 120 s) plus 60 s: then (or at LIMIT_S, whichever is
@@ -11,6 +12,7 @@
 # /results/cut, on which run.sh kills the wedged guest. A run that ends on
 # its own saves the same at its end. BACKENDS: main.py --backends.
 backend=${1:?backends} cap=${2:?cap MiB} limit=${3:?limit s}
+throttle=${4:-162:925668}
 make -s guest-install || exit 1
 up() { cut -d. -f1 /proc/uptime; }
 t0=$(up)
@@ -19,7 +21,9 @@ snap() {  # snap TAG: blocked tasks, dmesg, arcstats
     dmesg > /results/dmesg-$1.txt
     cat /proc/spl/kstat/zfs/arcstats > /results/arcstats-$1.txt
 }
-arc() { awk -v k="$1" '$1 == k {print $3}' /proc/spl/kstat/zfs/arcstats; }
+# 0 for a field this release lacks (arc_meta_* are gone since 2.2)
+arc() { awk -v k="$1" '$1 == k {v = $3} END {print v + 0}' \
+    /proc/spl/kstat/zfs/arcstats; }
 names=$(for d in /dev/disk/by-id/virtio-zfsng-d[0-9]*; do
     basename "$(readlink -f "$d")"; done | tr '\n' ' ')
 disks() {  # reads and writes completed on the pool disks
@@ -57,7 +61,7 @@ echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
 monitor=$!
 ZFSNG_BENCH_ARC_MAX_MIB=$cap python3 tests/bench/main.py \
     --root /tmp/zfsng-root --device /dev/disk/by-id/virtio-zfsng-d1 \
-    --out /results --sections disk-bound --throttle 162:925668 \
+    --out /results --sections disk-bound --throttle "$throttle" \
     --parts launch_runs --backends "$backend" --runs 1
 rc=$?
 kill $monitor  # or the guest waits for it (it holds the console)
