@@ -124,8 +124,9 @@ def dirty_cap(bps=None):
 def arc_limits(environ=None):
     """The ARC's floor and cap for a run: ARC_MIN and ARC_MAX, or the cap
     in MiB from ZFSNG_BENCH_ARC_MAX_MIB (at least ARC_MAX) over the same
-    floor, so the cap is the one thing changed. For experiments only (archive/2.1-small-block-stall
-    varies the cap under one workload); plan() keeps sizing the devices
+    floor, so the cap is the one thing changed. For experiments only
+    (archive/2.1-small-block-stall varies the cap under one workload);
+    plan() keeps sizing the devices
     by ARC_MAX, so the workload stays what it is at the rig's cap."""
     env = os.environ if environ is None else environ
     text = env.get("ZFSNG_BENCH_ARC_MAX_MIB", "")

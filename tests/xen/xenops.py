@@ -205,7 +205,8 @@ class Vm(object):
                 'kernel = "/boot/vmlinuz-%s"' % os.uname().release,
                 'ramdisk = "%s"' % initrd,
                 'extra = "console=hvc0 loglevel=4 rdinit=/vm-init"',
-                "memory = %d" % self.MEMORY, "vcpus = 1", 'on_poweroff = "preserve"',
+                "memory = %d" % self.MEMORY, "vcpus = 1",
+                'on_poweroff = "preserve"',
                 'on_reboot = "preserve"', 'on_crash = "preserve"', ""]))
         xl("create", "-p", cfg, timeout=300)        # VM_create, VM_build
         self.domid = int(xl("domid", name).strip())
