@@ -443,8 +443,12 @@ def test_create_killed_anywhere_is_usable_by_a_new_uuid(plugin, disks,
                                   uuid=new_uuid(), configuration=config,
                                   name="kc", description="")
     assert [argvs[n - 1][:2] for n in points[1:]] == [["zpool", "create"]]
-    # the traced create's pool, never attached, is taken over by the
-    # first retry; each round ends with the disk blank
+    # the traced create's pool, never attached, is taken over by the next
+    # create (whose path, shorter, no crash point may fall beyond); then
+    # each round starts and ends with the disk blank
+    first = create_sr(plugin, new_uuid(), config, name="kc")
+    plugin("SR.destroy", sr=attach(plugin, first))
+    assert_blank(disks[:1])
     for n in played(points):
         crashing = plugin.__class__(plugin.root, env=dict(
             plugin.env, ZFSNG_CRASH_AFTER=str(n)))
