@@ -248,12 +248,8 @@ class Launch(object):
 
 
 def run(ctx):
-    if not ctx.throttle:
-        raise RuntimeError("disk-bound needs the disks' limits: main.py "
-                           "--throttle IOPS:BPS, as run.sh --throttle got "
-                           "(make bench-disk-bound)")
+    iops, bps = diskrig.limits(ctx, "disk-bound", "bench-disk-bound")
     plan_ = plan(ctx)
-    iops, bps = (int(x) for x in ctx.throttle.split(":"))
     out = {"tuning": diskrig.tune(bps), "ssd": diskrig.SSD,
            "throttle": {"iops": iops, "bps": bps},
            "size_mib": plan_["size_bytes"] // diskrig.MIB,

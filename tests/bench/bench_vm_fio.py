@@ -88,12 +88,8 @@ def plan(ctx):
 
 def run(ctx):
     import diskrig
-    if not ctx.throttle:
-        raise RuntimeError("vm-fio needs the disks' limits: main.py "
-                           "--throttle IOPS:BPS, as run.sh --throttle got "
-                           "(make bench-vm-fio)")
+    iops, bps = diskrig.limits(ctx, "vm-fio", "bench-vm-fio")
     plan_ = plan(ctx)
-    iops, bps = (int(x) for x in ctx.throttle.split(":"))
     names = [n for n, _ in VARIANTS]
     if ctx.backends:
         unknown = set(ctx.backends) - set(names + [EXT4])

@@ -121,6 +121,17 @@ def dirty_cap(bps=None):
     return min(DIRTY, max(8 * MIB, DIRTY_SECONDS * bps // MIB * MIB))
 
 
+def limits(ctx, section, target):
+    """(iops, bps): the disks' limits main.py --throttle was given, as
+    run.sh --throttle got them; a section bound by the disk needs them."""
+    if not ctx.throttle:
+        raise RuntimeError("%s needs the disks' limits: main.py --throttle "
+                           "IOPS:BPS, as run.sh --throttle got (make %s)"
+                           % (section, target))
+    iops, bps = (int(x) for x in ctx.throttle.split(":"))
+    return iops, bps
+
+
 def arc_limits(environ=None):
     """The ARC's floor and cap for a run: ARC_MIN and ARC_MAX, or the cap
     in MiB from ZFSNG_BENCH_ARC_MAX_MIB (at least ARC_MAX) over the same
