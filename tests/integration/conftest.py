@@ -4,7 +4,8 @@ The guest has real OpenZFS and spare virtio disks /dev/disk/by-id/
 virtio-zfsng-d1..dN (tests/guest/run.sh). Every test starts and ends with
 those disks blank: tapdisks ended, pools on them destroyed and labels
 wiped by the ``disks`` fixture, whatever the test did (and the datapath's
-records of attaches it left removed: forget_attaches). One exception: the
+records of attaches it left removed: forget_attaches; a test that passed
+and left one fails in its teardown). One exception: the
 SR a module's VDI tests share (one_disk_sr) stays on the first disk from
 one test to the next, emptied and checked after each, and goes at the
 module's end or as soon as a test leaves it other than it was made.
@@ -464,27 +465,51 @@ DATAPATH_STATE_DIR = "/var/run/nonpersistent/zfs-ng-datapath"
 
 
 def forget_attaches():
-    """Remove the datapath's records left by a test (one that failed
-    before its detach): once its tapdisks ended and its datasets went,
-    they name nothing, and the tests after it that check nothing is left
-    attached would fail on them too."""
+    """Remove the datapath's records left by a test and return their
+    names: once its tapdisks ended and its datasets went, they name
+    nothing, and the tests after it that check nothing is left attached
+    would fail on them too."""
+    left = []
     if os.path.isdir(DATAPATH_STATE_DIR):
-        for name in os.listdir(DATAPATH_STATE_DIR):
-            print("left attached, forgotten: %s" % name)
+        for name in sorted(os.listdir(DATAPATH_STATE_DIR)):
             os.unlink(os.path.join(DATAPATH_STATE_DIR, name))
+            left.append(name)
+    return left
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on its item (``item.rep_call``): the
+    ``disks`` fixture's teardown asks whether the test itself passed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
+
+
+def _passed(node):
+    report = getattr(node, "rep_call", None)
+    return report is not None and report.passed
 
 
 @pytest.fixture
 def disks(request):
     """The spare disks, blank but for the module's shared SR when this
-    test asks for it (its ``sr`` fixture: see one_disk_sr)."""
+    test asks for it (its ``sr`` fixture: see one_disk_sr). A test that
+    passed but left an attach record behind fails here: every flow the
+    tests play ends detached, as xapi's does, so a record left is a leak
+    of the plugin's or of the test's. A test that failed already has its
+    error; its records are only forgotten."""
     found = all_disks()
     if "sr" not in request.fixturenames:
         SHARED.drop()
     wipe(found, SHARED.pool())
     yield found
     wipe(found, SHARED.pool())
-    forget_attaches()
+    left = forget_attaches()
+    if left and _passed(request.node):
+        pytest.fail("left attached: %s" % ", ".join(left))
+    for name in left:
+        print("left attached, forgotten: %s" % name)
 
 
 @pytest.fixture(scope="module", autouse=True)
