@@ -209,7 +209,9 @@ def mirror_writes(job, copy, base, listener, held, budget=None):
     job.update(phase="mirroring")
     forwarder.wait()
     copy.client.flush()
-    job.update(mirrored=forwarder.forwarded)
+    job.update(mirrored=forwarder.forwarded, settles=forwarder.settles,
+               settle_seconds=round(forwarder.settle_seconds, 3),
+               window=budget.window if budget else None)
 
 
 def _leave_mirror_mode(job):

@@ -35,6 +35,7 @@ import select
 import socket
 import struct
 import threading
+import time
 
 from zfsng import blockmap, log
 from zfsng.errors import StorageError
@@ -133,6 +134,8 @@ class Forwarder(object):
         self.threads = []
         self.forwarded = 0               # bytes written by the guest
         self.sent = 0                    # bytes written by the catch-up
+        self.settles = 0                 # the guard's pool syncs, and
+        self.settle_seconds = 0.0        # their time: what they cost
 
     def run(self):
         """start, then wait."""
@@ -219,12 +222,16 @@ class Forwarder(object):
         mirror failed) if that cannot be done."""
         if self.budget is None or not self.budget.add(offset, length):
             return True
+        started = time.monotonic()
         try:
             self.settle()
         except StorageError as exc:
             self.stop("the pool could not be written out to keep the "
                       "disk's writes inside their guard: %s" % exc.message)
             return False
+        finally:
+            self.settles += 1
+            self.settle_seconds += time.monotonic() - started
         self.budget.reset()
         return True
 

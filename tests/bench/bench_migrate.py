@@ -39,6 +39,12 @@ checked: the destination's bytes equal the source's once the VM has
   slowest guest write (the guest's view of the pause). Target: sent at
   most 1.05x allocated plus rewritten; the pause at most 1 s of guest time
   at a rate the link carries.
+* **While mirrored.** The full disk, the guest writing flat out: HOLD
+  seconds with no mirror, then HOLD seconds more between complete and
+  the VM's move, while tapdisk mirrors every write. The guest's MB/s in
+  each (their ratio: what mirroring costs a busy guest), and the space
+  guard's pool syncs in the mirroring (one per window of dirtied bytes):
+  their count and seconds, the share of the mirrored time they took.
 
 Under emulation the link (the proxy and the NBD hops) runs at a few MB/s:
 the figures to read are the ratios and the pause against the copy time.
@@ -60,7 +66,9 @@ HALTED_SIZES = [256 * MiB, 64 * GiB, 16 * TiB]
 SNAPSHOT_SIZES = [256 * MiB, 1 * GiB]
 REWRITE = 8 * MiB                 # written between two snapshots
 READ = 4 * MiB                    # a snapshot copy's reads (sparse_dd's)
-PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full"]
+PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full",
+         "mirroring"]
+HOLD = 30                         # s of flat-out writes, alone and mirrored
 RATES = [("idle", None), ("64K/50ms", 0.05), ("64K/5ms", 0.005),
          ("flat out", 0.0)]
 GUEST = "5"                       # a guest's domid, as xapi sends it
@@ -385,6 +393,57 @@ def with_writer(ctx, dp, dest_sr, size, rates):
     return rows
 
 
+def while_mirrored(ctx, dp, dest_sr, size):
+    """The guest's flat-out writes alone, then while mirrored; the space
+    guard's pool syncs over the mirrored time."""
+    mig = Migration(ctx, dp, dest_sr, size)
+    try:
+        _fill(ctx.zvol_device(mig.src), [(0, size)], 13)
+        tapdev = mig.start_guest()
+        alone = _flat_out(Writer(tapdev, 17, size, 0.0))
+        writer = Writer(tapdev, 19, size, 0.0)
+        writer.start()
+
+        def hold():
+            before, started = writer.written, time.monotonic()
+            writer.slowest = 0.0
+            time.sleep(HOLD)
+            return {"bytes": writer.written - before,
+                    "seconds": time.monotonic() - started,
+                    "slowest_s": writer.slowest}
+        job, _ = mig.mirror(writer, inside=hold)
+        if writer.error:
+            raise RuntimeError("the guest's write failed: %s" % writer.error)
+        if not mig.same([(0, size)]):
+            raise RuntimeError("destination differs (while mirrored)")
+        mirrored = job["inside"]
+        common.log("while mirrored: alone %.2f MB/s, mirrored %.2f MB/s, "
+                   "%s syncs in %.1f s", alone["bytes"] / alone["seconds"]
+                   / 1e6, mirrored["bytes"] / mirrored["seconds"] / 1e6,
+                   job.get("settles"), job.get("settle_seconds") or 0)
+        return {"alone": alone, "mirrored": mirrored,
+                "mirrored_bytes": job.get("mirrored", 0),
+                "settles": job.get("settles"),
+                "settle_seconds": job.get("settle_seconds"),
+                "window": job.get("window")}
+    finally:
+        mig.destroy()
+
+
+def _flat_out(writer):
+    """HOLD seconds of a writer on its own: its bytes, seconds and
+    slowest write."""
+    started = time.monotonic()
+    writer.start()
+    time.sleep(HOLD)
+    writer.stop.set()
+    writer.join(60)
+    if writer.error:
+        raise RuntimeError("the guest's write failed: %s" % writer.error)
+    return {"bytes": writer.written, "seconds": time.monotonic() - started,
+            "slowest_s": writer.slowest}
+
+
 def run(ctx):
     from plugin_client import Plugin
     dp = Plugin(ctx.plugin.root, plugin_dir=DATAPATH_PLUGIN,
@@ -401,7 +460,8 @@ def run(ctx):
              "snapshots": lambda: snapshot_copies(ctx, dp, dest_sr,
                                                   snapshots),
              "plain_copy": lambda: plain_copy(ctx, dp, dest_sr, full),
-             "full": lambda: with_writer(ctx, dp, dest_sr, full, rates)}
+             "full": lambda: with_writer(ctx, dp, dest_sr, full, rates),
+             "mirroring": lambda: while_mirrored(ctx, dp, dest_sr, full)}
     chosen = [p for p in PARTS if p in (ctx.parts or PARTS)]
     result = {"data_bytes": DATA, "full_bytes": full, "block": BLOCK,
               "rewrite_bytes": REWRITE, "parts": chosen}

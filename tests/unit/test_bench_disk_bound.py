@@ -304,6 +304,29 @@ def test_a_migrate_merge_keeps_the_parts_it_did_not_rerun(tmp_path):
     assert got["conditions"]["date"] == "d1" and section["wall_s"] == 20.0
 
 
+def test_the_mirrored_writes_table_says_the_guards_syncs(tmp_path):
+    """The mirroring part merges like the others, and its table gives
+    the guest's rate mirrored against alone and the guard's syncs."""
+    import report
+    mirroring = {"alone": {"bytes": 40 * MIB, "seconds": 20.0,
+                           "slowest_s": 0.1},
+                 "mirrored": {"bytes": 10 * MIB, "seconds": 20.0,
+                              "slowest_s": 0.9},
+                 "mirrored_bytes": 12 * MIB, "settles": 3,
+                 "settle_seconds": 1.5, "window": 4 * MIB}
+    old = _migrate_run(tmp_path / "old", "d1", by_size=[{"size": 1}])
+    new = _migrate_run(tmp_path / "new", "d2", mirroring=mirroring,
+                       parts=["mirroring"])
+    report.merge(str(tmp_path), [old, new])
+    with open(os.path.join(str(tmp_path), "results.json")) as f:
+        section = json.load(f)["migrate"]
+    assert section["mirroring"] == mirroring
+    assert section["parts_from"]["mirroring"]["date"] == "d2"
+    text = "".join(report._while_mirrored(section["mirroring"]))
+    assert "| mirrored | 0.50 | 0.25x | 12.0 | 3 | 0.50 | 0.90 |" in text
+    assert "window of 4.0 MiB" in text
+
+
 def test_a_migrate_merge_refuses_two_zfs_versions(tmp_path):
     import report
     a = _migrate_run(tmp_path / "a", "d1", by_size=[{"size": 1}])

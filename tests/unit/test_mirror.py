@@ -967,6 +967,8 @@ def test_the_relay_writes_the_pool_out_once_a_window_is_dirtied(settles):
         assert synced and all(n >= (1 << 20) - (384 << 10)
                               for n in synced)
         assert len(synced) == len(writes) // 14
+        assert forwarder.settles == len(synced)
+        assert forwarder.settle_seconds >= 0
         tapdisk.sendall(struct.pack(">IHHQQI", nbd.REQUEST_MAGIC, 0,
                                     nbd.CMD_DISC, 0, 0, 0))
         forwarder.wait()
@@ -975,7 +977,7 @@ def test_the_relay_writes_the_pool_out_once_a_window_is_dirtied(settles):
     # or its next write refused (EPIPE) when the close came first
     with pytest.raises((NbdError, OSError)):
         tapdisk_writes(tapdisk, writes)
-    assert len(synced) == 1
+    assert len(synced) == 1 and forwarder.settles == 1
     with pytest.raises(NbdError) as err:
         forwarder.wait()
     assert "guard" in str(err.value)
