@@ -18,7 +18,11 @@ real tapdisk on both sides, in xapi's order (xen-api v26.1.4):
   receive_finalize: Datapath.deactivate and detach of the leaf,
   Volume.compose(sr, key=leaf, key2=parent), Volume.destroy of the dummy
   (whose error xapi ignores), VDI.remove_from_sm_config of the leaf's
-  base_mirror (Volume.unset of ``_sm_config_base_mirror``).
+  base_mirror (Volume.unset of ``_sm_config_base_mirror``). xapi runs
+  it inside log_and_ignore_exn and starts the VM on the leaf whatever
+  it did: a leaf attached before its compose is refused
+  (ComposePending), so a compose that failed never starts a VM on a
+  partial disk.
 
 The source stands for SMAPIv1's local ext SR: a raw file opened by
 tapdisk (aio:, O_DIRECT) on ext4, here on a zvol beside the SR. The guest writes 4 KiB at sector
@@ -41,12 +45,14 @@ import time
 import pytest
 
 from conftest import one_disk_sr, sh
+from plugin_client import PluginError
 from datapath_util import attach_dom0, detach_dom0, once, write_direct
 from test_tapdisk import nothing_left
 
 KiB, MiB = 1 << 10, 1 << 20
 DISK = 8 * MiB
 MIRROR_VM = "MIR4d5e6f"
+VM_AFTER = "9"                 # the VM's domain on this, the destination
 DP = "mirror-dp-1"
 
 
@@ -239,6 +245,11 @@ def test_a_running_vms_disk_moves_in_from_a_file_sr(plugin, dp, sr):
     # receive_finalize
     dp("Datapath.deactivate", uri=uri(leaf), domain=MIRROR_VM)
     dp("Datapath.detach", uri=uri(leaf), domain=MIRROR_VM)
+    # a compose that failed is logged and ignored by xapi, which then
+    # starts the VM on the leaf: refused, never served half composed
+    with pytest.raises(PluginError) as err:
+        dp("Datapath.attach", uri=uri(leaf), domain=VM_AFTER)
+    assert err.value.name == "ComposePending", err.value.params
     plugin("Volume.compose", sr=sr, key=leaf["key"], key2=parent["key"])
     try:
         plugin("Volume.destroy", sr=sr, key=dummy["key"])
