@@ -420,7 +420,7 @@ VMFIO_THROTTLE ?= 137:782818
 bench-vm-fio:
 	rm -f $(VMFIO_OUT)/results.json $(VMFIO_OUT)/report.md
 	bash $(GUEST) --xen --zfs $(ZFS) --disks 2 --disk-size 1G \
-	    --throttle $(VMFIO_THROTTLE) --timeout 2400 --results $(VMFIO_OUT) \
+	    --throttle $(VMFIO_THROTTLE) --timeout 3000 --results $(VMFIO_OUT) \
 	    -- sh -c 'make -s guest-install && python3 tests/bench/main.py \
 	    --root /tmp/zfsng-root --device $(BENCH_DISK) --out /results \
 	    --sections vm-fio --throttle $(VMFIO_THROTTLE) $(BENCH_ARGS)'

@@ -267,19 +267,7 @@ class Backends(object):
         _wait(lambda: _blk_size(tapdev) > 0, tapdev + " to open")
         self.paths["tap-zvol"] = tapdev
 
-        # OpenZFS 2.3's Direct IO refuses (EINVAL) an O_DIRECT request
-        # that is not page-aligned; vhd-util and tapdisk's vhd driver
-        # open with O_DIRECT and write 512-byte footers, headers and
-        # bitmaps, so on the default direct=standard `vhd-util create`
-        # itself fails. A VHD SR on 2.3 needs direct=disabled (O_DIRECT
-        # ignored, as on 2.1); the raw file keeps ZFS's default.
-        self.vhd_dir = self._dataset(
-            VHD_DATASET, ["direct=disabled"] if _has_direct() else [])
-        vhd = os.path.join(self.vhd_dir, "disk.vhd")
-        common.run(["vhd-util", "create", "-n", vhd,
-                    "-s", str(self.size // MIB)])
-        self.taps["tap-vhd-file"] = Tapdisk("vhd:" + vhd)
-        self.paths["tap-vhd-file"] = self.taps["tap-vhd-file"].dev
+        self.vhd_file()
 
         files_dir = self._dataset(FILES_DATASET)
         if _has_direct():
@@ -295,6 +283,29 @@ class Backends(object):
                 raise RuntimeError("%s (%s) is %d bytes, not %d"
                                    % (name, self.paths[name], got,
                                       self.size))
+
+    def vhd_file(self):
+        """SMAPIv1's ZFS SR's disk: a dynamic VHD (``vhd-util create``)
+        in a dataset of the pool (recordsize left at ZFS's 128K), opened
+        by tapdisk ``vhd:`` as SMAPIv1 opens it; its tapdev, also in
+        paths["tap-vhd-file"]. teardown() undoes it. The VM benchmark
+        (bench_vm_fio) makes only this one."""
+        # OpenZFS 2.3's Direct IO refuses (EINVAL) an O_DIRECT request
+        # that is not page-aligned; vhd-util and tapdisk's vhd driver
+        # open with O_DIRECT and write 512-byte footers, headers and
+        # bitmaps, so on the default direct=standard `vhd-util create`
+        # itself fails. A VHD SR on 2.3 needs direct=disabled (O_DIRECT
+        # ignored, as on 2.1); the raw file keeps ZFS's default.
+        self.vhd_dir = self._dataset(
+            VHD_DATASET, ["direct=disabled"] if _has_direct() else [])
+        vhd = os.path.join(self.vhd_dir, "disk.vhd")
+        common.run(["vhd-util", "create", "-n", vhd,
+                    "-s", str(self.size // MIB)])
+        self.taps["tap-vhd-file"] = Tapdisk("vhd:" + vhd)
+        self.paths["tap-vhd-file"] = self.taps["tap-vhd-file"].dev
+        _wait(lambda: _blk_size(self.paths["tap-vhd-file"]) > 0,
+              self.paths["tap-vhd-file"] + " to open")
+        return self.paths["tap-vhd-file"]
 
     def _dataset(self, name, props=()):
         """<pool>/<name>, mounted off the pool, compression as the SR,

@@ -51,21 +51,59 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 # name, fio rw, block size, iodepth; reads first, on the layout the fill
-# made, then writes
+# made, then writes (randread-4k-qd8 left out: it repeated qd1's ratio in
+# the first report, and the guest time went to the writes' queue depths)
 WORKLOADS = [
     ("randread-4k-qd1", "randread", "4k", 1),
-    ("randread-4k-qd8", "randread", "4k", 8),
     ("seqread-1M", "read", "1M", 4),
     ("randwrite-4k-qd1", "randwrite", "4k", 1),
+    ("randwrite-4k-qd8", "randwrite", "4k", 8),
+    ("randwrite-4k-qd32", "randwrite", "4k", 32),
     ("seqwrite-1M", "write", "1M", 4),
 ]
 # name, SR device-config (zfs-ng's defaults otherwise: sync=always); the
-# block size always set, whatever the default for the pool's layout is
-VARIANTS = [("16k", {"volblocksize": "16K"}), ("8k", {"volblocksize": "8K"})]
+# block size always set, whatever the default for the pool's layout is.
+# The -8g ones: sparse 8 GiB VDIs (never filled: the throttled disk
+# cannot fill 8 GiB), random writes only, spread over the whole size:
+# whether the qd1 write figure is the 48 MiB VDI's (few indirect blocks,
+# all rewritten every transaction group) or the block size's.
+VARIANTS = [("16k", {"volblocksize": "16K"}), ("8k", {"volblocksize": "8K"}),
+            ("16k-8g", {"volblocksize": "16K"}),
+            ("8k-8g", {"volblocksize": "8K"})]
+BIG = {"16k-8g": 8 * GIB, "8k-8g": 8 * GIB}
+BIG_WORKLOADS = [w[0] for w in WORKLOADS if w[1] == "randwrite"]
+# SMAPIv1's ZFS SR: a dynamic VHD in a dataset (recordsize 128K) on the
+# zvols' pool, opened by tapdisk as SMAPIv1 opens it
+# (bench_datapath.Backends.vhd_file)
+VHD_FILE = "vhd-file"
 EXT4 = "vhd-ext4"
-# (numerator, denominator) of the paired ratios
-PAIRS = [("8k", "16k"), ("16k", EXT4), ("8k", EXT4)]
+NAMES = [n for n, _ in VARIANTS] + [VHD_FILE, EXT4]
+
+
+def pairs(default):
+    """(numerator, denominator) of the paired ratios: zfs-ng's default
+    block size for this pool (default: "8k" or "16k") against the two
+    SMAPIv1 SRs, and 8K against 16K at each VDI size."""
+    return [(default, VHD_FILE), (default, EXT4), ("8k", "16k"),
+            ("8k-8g", "16k-8g")]
+
+
+def default_variant(zfs_version):
+    """zfs-ng's default volblocksize on this one-disk pool under this
+    OpenZFS ("zfs-2.3.2-1"), as the plugin chooses it
+    (devconfig.default_volblocksize): "8k" or "16k"."""
+    import re as re_
+    volume = os.path.join(HERE, "..", "..", "volume")
+    if volume not in sys.path:
+        sys.path.insert(0, volume)
+    from zfsng_volume import devconfig
+    m = re_.search(r"(\d+)\.(\d+)", zfs_version or "")
+    version = (int(m.group(1)), int(m.group(2))) if m else None
+    return "%dk" % (devconfig.default_volblocksize(0, version) // 1024)
+
+
 EXT4_MNT = "/var/tmp/zfsng-vm-fio-ext4"
 FIO_FLAGS = ["--ioengine=libaio", "--direct=1", "--thread",
              "--refill_buffers", "--norandommap", "--randrepeat=0",
@@ -77,8 +115,7 @@ OPTION = re.compile(r"^[A-Za-z0-9=_.:,/-]+$")
 
 def plan(ctx):
     """Sizes: the redundant part's (48 MiB VDIs, 8 MiB sequential runs,
-    10 s random runs); about 15 minutes of guest time for 16K and 8K at
-    3 runs."""
+    10 s random runs); 2 runs unless main.py --runs says otherwise."""
     if ctx.quick:
         return {"size_bytes": 16 * MIB, "runtime_s": 3,
                 "seq_bytes": 4 * MIB, "runs": ctx.runs}
@@ -87,12 +124,13 @@ def plan(ctx):
 
 
 def run(ctx):
+    import common
     import diskrig
     iops, bps = diskrig.limits(ctx, "vm-fio", "bench-vm-fio")
     plan_ = plan(ctx)
-    names = [n for n, _ in VARIANTS]
+    names = list(NAMES)
     if ctx.backends:
-        unknown = set(ctx.backends) - set(names + [EXT4])
+        unknown = set(ctx.backends) - set(names)
         if unknown:
             raise ValueError("unknown vm-fio variants: %s"
                              % ", ".join(sorted(unknown)))
@@ -103,7 +141,10 @@ def run(ctx):
            "runtime_s": plan_["runtime_s"],
            "seq_mib": plan_["seq_bytes"] // MIB, "runs": plan_["runs"],
            "variants": names, "workloads": WORKLOADS,
-           "domu_memory_mib": DOMU_MEMORY}
+           "domu_memory_mib": DOMU_MEMORY, "big": BIG,
+           "big_workloads": BIG_WORKLOADS,
+           "default": default_variant(
+               common.run(["zfs", "version"]).split()[0])}
     with diskrig.arc_cap(diskrig.ARC_SMALL_BLOCKS) as cap:
         out["tuning"]["zfs_arc_max"] = cap.value
         bench = VmBench(ctx, names, plan_)
@@ -122,7 +163,7 @@ def run(ctx):
             out["error"] = traceback.format_exc()[-2000:]
         finally:
             bench.close()
-    out["ratios"] = pair_ratios(out["runs_list"])
+    out["ratios"] = pair_ratios(out["runs_list"], out["default"])
     return out
 
 
@@ -135,6 +176,7 @@ class VmBench(object):
         self.targets = {}       # name: diskrig.Target on dom0's side
         self.props = {}
         self.ext4 = None
+        self.files = None       # bench_datapath.Backends: the VHD file
         self.vm = None
         self.pty = None
         self.devs = {}          # name: the domU's xvdX
@@ -152,7 +194,8 @@ class VmBench(object):
             if name not in self.names:
                 continue
             sr = self.ctx.new_sr("vm-fio-" + name, **options)
-            vol = self.ctx.new_volume(size, name="vm-fio-" + name, sr=sr)
+            vol = self.ctx.new_volume(BIG.get(name, size),
+                                      name="vm-fio-" + name, sr=sr)
             self.vdis[name] = (sr, vol)
             dataset = common.volume_dataset(vol)
             self.targets[name] = diskrig.Target(
@@ -160,6 +203,20 @@ class VmBench(object):
                 diskrig.zpool_syncer(self.ctx.pool), [diskrig.disk(1)],
                 dataset=dataset)
             self.props[name] = bench_disk_bound._zvol_props(dataset)
+            if name in BIG:
+                self.props[name]["sparse, not filled"] = "%d GiB" % (
+                    BIG[name] // GIB)
+        if VHD_FILE in self.names:
+            import bench_datapath
+            self.files = bench_datapath.Backends(self.ctx, size)
+            self.targets[VHD_FILE] = diskrig.Target(
+                self.files.vhd_file(), diskrig.zpool_syncer(self.ctx.pool),
+                [diskrig.disk(1)])
+            self.props[VHD_FILE] = {"image": "vhd in a dataset, recordsize "
+                                    + common.run(["zfs", "get", "-Hpo",
+                                                  "value", "recordsize",
+                                                  self.files.datasets[0]])
+                                    .strip()}
         if EXT4 in self.names:
             self.ext4 = diskrig.Ext4Vhd(diskrig.disk(2), EXT4_MNT, size)
             self.targets[EXT4] = diskrig.Target(
@@ -168,7 +225,8 @@ class VmBench(object):
             self.props[EXT4] = {"image": "vhd on ext4, tapdisk -D"}
         # filled from dom0 before the VM plugs them: the zvols with
         # sync=disabled (diskrig.fill), the VHD through its tapdisk
-        diskrig.fill([self.targets[n] for n in self.names], size)
+        diskrig.fill([self.targets[n] for n in self.names if n not in BIG],
+                     size)
 
     # --- the VM --------------------------------------------------------------
 
@@ -188,9 +246,9 @@ class VmBench(object):
         self.vm = vm_cls(Store(), self.ctx.plugin, dp, self.ctx.sr,
                          "zfsng-vm-fio", tmp)
         for name in self.names:
-            if name == EXT4:
+            if name in (EXT4, VHD_FILE):
                 disk = self.vm.add_disk(None)
-                disk.tapdev = self.ext4.dev
+                disk.tapdev = self.targets[name].path
             else:
                 sr, vol = self.vdis[name]
                 disk = self.vm.add_disk(vol, sr=sr)
@@ -252,8 +310,10 @@ class VmBench(object):
         runs = self.runs
         turn = 0
         for workload in WORKLOADS:
+            names = [n for n in self.names
+                     if n not in BIG or workload[0] in BIG_WORKLOADS]
             for i in range(self.plan["runs"]):
-                order = bench_disk_bound.rotated(self.names, turn)
+                order = bench_disk_bound.rotated(names, turn)
                 turn += 1
                 for name in order:
                     m = self.measure(name, workload, i)
@@ -269,7 +329,7 @@ class VmBench(object):
         from measure import arc_data_counts, disk_counts
         rw = workload[1]
         target = self.targets[name]
-        options = fio_options(workload, k, self.plan)
+        options = fio_options(workload, k, self.plan, BIG.get(name))
         all_disks = sorted(set(d for t in self.targets.values()
                                for d in t.disks))
         every = diskrig.stat_files(all_disks)
@@ -280,6 +340,7 @@ class VmBench(object):
             t.sync()
         quiet_s += diskrig.wait_quiet(every)
         arc0, disk0 = arc_data_counts(), disk_counts(stats)
+        zfs0 = zfs_counters(self.ctx.pool)
         tag = "%s-%s-r%d" % (workload[0], name, k)
         self.command(["fio", tag, self.devs[name]] + options)
         report = self.result(tag)
@@ -288,6 +349,7 @@ class VmBench(object):
             target.sync()
         flush = time.perf_counter() - start
         arc1, disk1 = arc_data_counts(), disk_counts(stats)
+        zfs1 = zfs_counters(self.ctx.pool)
         job = report["jobs"][0]
         if job.get("error"):
             raise RuntimeError("fio %s: error %s" % (tag, job["error"]))
@@ -313,7 +375,8 @@ class VmBench(object):
                 "arc_hits": arc1[0] - arc0[0],
                 "arc_misses": arc1[1] - arc0[1],
                 "domu_util": [u.get("util") for u in
-                              report.get("disk_util", [])]}
+                              report.get("disk_util", [])],
+                "zfs": zfs_delta(zfs0, zfs1, moved)}
 
     def result(self, tag, tries=3):
         """fio's JSON report of the run tag, as the domU printed it; a
@@ -349,8 +412,135 @@ class VmBench(object):
                 common.log("vm-fio cleanup: the VM: %s", exc)
         if self.ext4:
             self.ext4.close()
+        if self.files:
+            self.files.teardown()
         for sr, vol in self.vdis.values():
             bench_disk_bound._destroy_volume(self.ctx, sr, vol)
+
+
+# --- where the disk bytes go: OpenZFS's own counters ----------------------
+
+def zfs_counters(pool):
+    """What OpenZFS counted so far, for zfs_delta: the ZIL's kstat
+    (/proc/spl/kstat/zfs/zil, every numeric field: the names differ
+    between 2.1 and 2.3), the pool's transaction groups
+    (/proc/spl/kstat/zfs/<pool>/txgs: the last zfs_txg_history of them)
+    and ``zpool iostat -r``'s request-size histograms per I/O class
+    (sync_write: the ZIL's blocks; async_write: the txg sync's).
+    A counter that cannot be read is left out, never fatal: the run's
+    own figures do not depend on it."""
+    import common
+    out = {}
+    try:
+        out["zil"] = _kstat("/proc/spl/kstat/zfs/zil")
+    except (OSError, ValueError):
+        pass
+    try:
+        out["txgs"] = _txgs("/proc/spl/kstat/zfs/%s/txgs" % pool)
+    except (OSError, ValueError):
+        pass
+    try:
+        out["classes"] = parse_iostat_r(common.run(
+            ["zpool", "iostat", "-r", "-p", pool]))
+    except Exception:   # noqa: BLE001 -- a counter, not the run
+        pass
+    return out
+
+
+def _kstat(path):
+    """{name: value} of a named kstat (header lines skipped)."""
+    out = {}
+    with open(path) as f:
+        for line in f.read().splitlines()[2:]:
+            row = line.split()
+            if len(row) == 3 and row[2].lstrip("-").isdigit():
+                out[row[0]] = int(row[2])
+    return out
+
+
+IO_CLASSES = ("sync_read", "sync_write", "async_read", "async_write",
+              "scrub", "trim", "rebuild", "initialize")
+TXG_FIELDS = ("ndirty", "nread", "nwritten", "reads", "writes")
+
+
+def _txgs(path):
+    """{txg: {state, ndirty, nread, nwritten, reads, writes}}."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    head = [i for i, l in enumerate(lines) if l.split()[:1] == ["txg"]]
+    if not head:
+        raise ValueError("no txg header in " + path)
+    names = lines[head[0]].split()
+    out = {}
+    for line in lines[head[0] + 1:]:
+        row = dict(zip(names, line.split()))
+        if "txg" not in row or not row["txg"].isdigit():
+            continue
+        out[row["txg"]] = dict([("state", row.get("state"))] + [
+            (k, int(row[k])) for k in TXG_FIELDS if k in row])
+    return out
+
+
+def parse_iostat_r(text):
+    """{class: [individual requests, their bytes at least]} from ``zpool
+    iostat -r -p``'s first (the pool's) table: each row is a power-of-two
+    size bucket, each class has an ind and an agg column; a bucket's size
+    is its smallest request's, so the bytes are a lower bound (the
+    counts are exact)."""
+    classes = None
+    out = {}
+    for line in text.splitlines():
+        row = line.split()
+        if not row:
+            continue
+        if "sync_write" in row:
+            if classes is not None:
+                break           # the next table: vdevs, not the pool
+            classes = [c for c in row if c in IO_CLASSES]
+            out = dict((c, [0, 0]) for c in classes)
+            continue
+        if classes is None or not row[0].isdigit():
+            continue
+        size = int(row[0])
+        counts = [int(x) for x in row[1:] if x.isdigit()]
+        for i, c in enumerate(classes):
+            if 2 * i < len(counts):
+                out[c][0] += counts[2 * i]
+                out[c][1] += counts[2 * i] * size
+    if not out:
+        raise ValueError("no request-size histogram in zpool iostat -r")
+    return out
+
+
+def zfs_delta(before, after, moved):
+    """The counters' change over one run (and its flush), per guest
+    byte where a byte count: the ZIL's bytes and commits, the txgs that
+    synced in the run (count, dirty bytes, bytes written and read, the
+    guest's writes each carried), and the request counts and bytes per
+    I/O class. moved: the guest's bytes."""
+    out = {}
+    if "zil" in before and "zil" in after:
+        out["zil"] = dict((k, after["zil"][k] - before["zil"].get(k, 0))
+                          for k in after["zil"])
+    if "txgs" in before and "txgs" in after:
+        synced = [t for t, row in after["txgs"].items()
+                  if row["state"] == "C"
+                  and before["txgs"].get(t, {}).get("state") != "C"]
+        out["txgs"] = dict((k, sum(after["txgs"][t].get(k, 0)
+                                   for t in synced)) for k in TXG_FIELDS)
+        out["txgs"]["count"] = len(synced)
+        # a txg older than the history kept before the run would not be
+        # told apart from a new one: say if the window was too short
+        out["txgs"]["history_full"] = bool(before["txgs"]) and min(
+            int(t) for t in after["txgs"]) > max(
+            int(t) for t in before["txgs"])
+    if "classes" in before and "classes" in after:
+        out["classes"] = dict(
+            (c, [a - b for a, b in zip(after["classes"][c],
+                                       before["classes"].get(c, [0, 0]))])
+            for c in after["classes"])
+    out["guest_bytes"] = moved
+    return out
 
 
 def verified(text):
@@ -366,15 +556,16 @@ def verified(text):
         return None
 
 
-def fio_options(workload, k, plan_):
+def fio_options(workload, k, plan_, size=None):
     """fio's options for the k-th run of a workload (FIO_FLAGS after
     them): a random run lasts plan_["runtime_s"] over the whole VDI; a
     sequential one moves plan_["seq_bytes"] from diskrig.seq_offset(k)
     and is timed to its last completion, as the disk-bound rig's; a
-    write ends with an fsync (the guest's flush through blkfront)."""
+    write ends with an fsync (the guest's flush through blkfront). size:
+    the VDI's, if not plan_'s (a random run spreads over all of it)."""
     import diskrig
     _, rw, bs, iodepth = workload
-    size = plan_["size_bytes"]
+    size = size or plan_["size_bytes"]
     options = ["--rw=" + rw, "--bs=" + bs, "--iodepth=%d" % iodepth]
     if rw.startswith("rand"):
         options += ["--size=%d" % size, "--time_based",
@@ -401,8 +592,8 @@ def xen_paths():
 
 def fio_vm_class():
     """xenops.Vm booting tests/xen/vm-fio-domu, with more memory, and able
-    to plug a bare tapdev (the VHD on ext4: SMAPIv1's, no zfs-ng
-    Datapath calls) the way it plugs a zfs-ng VDI's."""
+    to plug a bare tapdev (the VHDs: SMAPIv1's, no zfs-ng Datapath
+    calls) the way it plugs a zfs-ng VDI's."""
     xen = xen_paths()
     import xenops
     from test_xen_vm import Vbd3, wait_for
@@ -420,9 +611,11 @@ def fio_vm_class():
             if not getattr(disk, "tapdev", None):
                 return xenops.Vm._plug(self, disk, epoch_begin)
             vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
-            vdi_id = json.dumps(["VDI", "ext4/vhd"])
+            # one VDI id per tapdev: vhd-file and vhd-ext4 in one VM
+            vdi = "vhd-" + os.path.basename(disk.tapdev)
+            vdi_id = json.dumps(["VDI", vdi])
             vbd.add(disk.tapdev, [("backend-kind", "vbd3"),
-                                  ("vdi-uuid", "vhd")],
+                                  ("vdi-uuid", vdi)],
                     dp_id="vbd/%d/%s" % (self.domid, vbd.dev),
                     vdi_id=vdi_id,
                     vbd_id=json.dumps(["%s.vbd%d" % (
@@ -503,15 +696,16 @@ FIGURES = [("iops", "IOPS"), ("mb_s", "MB/s"),
            ("durable_iops", "durable IOPS")]
 
 
-def pair_ratios(runs):
+def pair_ratios(runs, default="8k"):
     """{num/den: {workload: {figure: summary}}}: per run, num's figure
-    over den's (the same run index), then min/median/max."""
+    over den's (the same run index), then min/median/max; the pairs are
+    pairs(default)."""
     by = {}
     for r in runs:
         by[(r["variant"], r["workload"], r["run"])] = r
     variants = set(r["variant"] for r in runs)
     out = {}
-    for num, den in PAIRS:
+    for num, den in pairs(default):
         if num not in variants or den not in variants:
             continue
         table = {}
