@@ -531,7 +531,7 @@ def zfs_delta(before, after, moved):
         out["txgs"]["count"] = len(synced)
         # a txg older than the history kept before the run would not be
         # told apart from a new one: say if the window was too short
-        out["txgs"]["history_full"] = bool(before["txgs"]) and min(
+        out["txgs"]["history_overrun"] = bool(before["txgs"]) and min(
             int(t) for t in after["txgs"]) > max(
             int(t) for t in before["txgs"])
     if "classes" in before and "classes" in after:
@@ -754,6 +754,10 @@ def report(result):
                  s["throttle"]["iops"], s["throttle"]["bps"] / 1e6,
                  s["tuning"]["zfs_arc_max"] // MIB, s["size_mib"],
                  s["runtime_s"], s["seq_mib"], s["runs"]), "",
+             "zfs-ng's default block size on this pool and OpenZFS: "
+             "`%s`; the ratios pair it with the VHDs. `-8g`: sparse "
+             "8 GiB VDIs, never filled, random writes only, spread over "
+             "the whole size." % s.get("default", "?"), "",
              "Variants: " + "; ".join(
                  "%s (%s)" % (v, ", ".join("%s=%s" % kv for kv in
                                            sorted(s["props"][v].items())))
@@ -789,12 +793,93 @@ def report(result):
                 _ratio(f.get(k)) for k in (
                     "iops", "clat_p50_us", "clat_p99_us", "durable_iops",
                     "disk_read_per_byte", "disk_written_per_byte"))))
+    lines += breakdown(s)
     lines += ["", "Disk MB/s is dom0's pool disk over the run and its "
               "flush, against the %.2f MB/s limit: near it, the disk "
               "bound the run; well below, the emulated CPU did." %
               (s["throttle"]["bps"] / 1e6), "",
               "Section wall time: %.0f s." % s.get("wall_s", 0), ""]
     return "\n".join(lines)
+
+
+BREAKDOWN = [
+    ("ios", "guest writes"), ("txgs", "txgs synced"),
+    ("per_txg", "guest writes / txg"),
+    ("dirty_per_txg", "dirty KiB / txg"),
+    ("written", "disk written / guest byte"),
+    ("zil", "ZIL blocks"), ("txg_written", "txg syncs"),
+    ("sync_write", "sync_write reqs"), ("async_write", "async_write reqs"),
+    ("read", "disk read / guest byte"), ("txg_read", "txg syncs read"),
+]
+
+
+def breakdown_of(run):
+    """One write run's disk bytes split by what wrote them: the ZIL's
+    blocks (its kstat: zil_itx_metaslab_normal_write on 2.3, the bytes
+    it issued; _bytes on 2.1, the bytes it used), the txg syncs (the
+    txgs kstat's nwritten, every txg that synced in the run and its
+    flush), per guest byte; and how many guest writes each txg
+    carried. None where a counter is missing."""
+    z = run.get("zfs") or {}
+    moved = float(z.get("guest_bytes") or run["bytes"] or 1)
+    zil = z.get("zil") or {}
+    txgs = z.get("txgs") or {}
+    classes = z.get("classes") or {}
+    zil_bytes = zil.get("zil_itx_metaslab_normal_write",
+                        zil.get("zil_itx_metaslab_normal_bytes"))
+    count = txgs.get("count")
+    out = {"ios": run["ios"], "txgs": count,
+           "per_txg": run["ios"] / float(count) if count else None,
+           "dirty_per_txg": (txgs["ndirty"] / 1024.0 / count
+                             if count else None),
+           "written": run["disk_written_per_byte"],
+           "zil": zil_bytes / moved if zil_bytes is not None else None,
+           "txg_written": (txgs["nwritten"] / moved if "nwritten" in txgs
+                           else None),
+           "read": run["disk_read_per_byte"],
+           "txg_read": (txgs["nread"] / moved if "nread" in txgs
+                        else None)}
+    for c in ("sync_write", "async_write"):
+        out[c] = classes[c][0] if c in classes else None
+    return out
+
+
+def breakdown(s):
+    """report.md's lines: the random writes' disk bytes split into ZIL
+    and txg syncs, medians per variant."""
+    runs = [r for r in s["runs_list"] if r["workload"].startswith(
+        "randwrite") and r.get("zfs") and r["variant"] != EXT4]
+    if not runs:
+        return []
+    lines = ["", "## Random writes: where the disk bytes go (medians)", "",
+             "ZIL blocks and txg syncs per guest byte from OpenZFS's "
+             "counters (/proc/spl/kstat/zfs/zil; the pool's txgs kstat, "
+             "every txg that synced during the run and its flush; "
+             "`zpool iostat -r` request counts per class: sync_write is "
+             "the ZIL's, async_write the txg syncs'). The VHD file shares "
+             "the pool (its own ZIL and txgs counted the same way); the "
+             "VHD on ext4 has no ZFS counters.", "",
+             "| workload | variant | " + " | ".join(
+                 t for _, t in BREAKDOWN) + " |",
+             "|---|---|" + "---|" * len(BREAKDOWN)]
+    for w in [w[0] for w in s["workloads"]]:
+        for v in s["variants"]:
+            rows = [breakdown_of(r) for r in runs
+                    if r["workload"] == w and r["variant"] == v]
+            if not rows:
+                continue
+            cells = []
+            for key, _ in BREAKDOWN:
+                vals = [r[key] for r in rows if r[key] is not None]
+                if not vals:
+                    cells.append("-")
+                    continue
+                m = statistics.median(vals)
+                cells.append("%.0f" % m if key in (
+                    "ios", "txgs", "sync_write", "async_write",
+                    "dirty_per_txg") else "%.2f" % m)
+            lines.append("| %s | %s | %s |" % (w, v, " | ".join(cells)))
+    return lines
 
 
 def _fio_version(s):

@@ -111,3 +111,76 @@ def test_a_report_is_taken_only_if_its_sha256_matches():
     cut = body[:10] + "[  12.3] xen: msg" + body[10:]
     assert bench_vm_fio.verified(sha + " " + cut) is None
     assert bench_vm_fio.verified(sha + " " + body[:-1]) is None
+
+
+IOSTAT_R = """
+tank          sync_read    sync_write    async_read    async_write      scrub         trim
+req_size      ind    agg    ind    agg    ind    agg    ind    agg    ind    agg    ind    agg
+----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
+512             0      0      0      0      0      0      0      0      0      0      0      0
+4096            0      0      6      0      0      0     36      0      0      0      0      0
+8192            1      0      2      0      0      0      6     10      0      0      0      0
+----------------------------------------------------------------------------------------------
+"""
+
+
+def test_iostat_r_counts_each_class_and_its_bytes_from_the_buckets():
+    got = bench_vm_fio.parse_iostat_r(IOSTAT_R)
+    assert got["sync_write"] == [8, 6 * 4096 + 2 * 8192]
+    assert got["async_write"] == [42, 36 * 4096 + 6 * 8192]
+    assert got["sync_read"] == [1, 8192]
+    assert "tank" not in got and set(got) >= {"scrub", "trim"}
+
+
+def test_iostat_r_without_a_histogram_is_an_error_not_zeros():
+    with pytest.raises(ValueError):
+        bench_vm_fio.parse_iostat_r("no pools available\n")
+
+
+def txg(state, nwritten, ndirty=8192):
+    return {"state": state, "ndirty": ndirty, "nread": 0,
+            "nwritten": nwritten, "reads": 0, "writes": 1}
+
+
+def test_only_the_txgs_that_synced_during_the_run_are_counted():
+    before = {"txgs": {"10": txg("C", 100), "11": txg("S", 0)},
+              "zil": {"zil_commit_count": 5}}
+    after = {"txgs": {"10": txg("C", 100), "11": txg("C", 300),
+                      "12": txg("C", 700), "13": txg("O", 0)},
+             "zil": {"zil_commit_count": 9}}
+    got = bench_vm_fio.zfs_delta(before, after, 4096)
+    assert got["txgs"]["count"] == 2
+    assert got["txgs"]["nwritten"] == 1000
+    assert got["zil"]["zil_commit_count"] == 4
+    assert got["txgs"]["history_overrun"] is False
+
+
+def test_txgs_kstat_is_read_by_its_header(tmp_path):
+    path = tmp_path / "txgs"
+    path.write_text(
+        "18 0 0x01 3 336 1 2\n"
+        "txg      birth            state ndirty       nread        "
+        "nwritten     reads    writes   otime        qtime        wtime"
+        "        stime\n"
+        "7        2405345745       C     65536        0            "
+        "143360       0        14       5000         10           20"
+        "           30\n")
+    got = bench_vm_fio._txgs(str(path))
+    assert got == {"7": {"state": "C", "ndirty": 65536, "nread": 0,
+                         "nwritten": 143360, "reads": 0, "writes": 14}}
+
+
+@pytest.mark.parametrize("version,want", [
+    ("zfs-2.3.2-1", "8k"), ("zfs-2.1.15-1", "16k"), ("", "16k")])
+def test_the_default_variant_is_the_plugins_choice_for_one_disk(version,
+                                                                want):
+    assert bench_vm_fio.default_variant(version) == want
+
+
+def test_the_default_is_paired_with_both_vhds():
+    w = "randwrite-4k-qd1"
+    runs = [run(v, w, 0, 10 * (i + 1)) for i, v in enumerate(
+        ["16k", "vhd-file", "vhd-ext4"])]
+    got = bench_vm_fio.pair_ratios(runs, default="16k")
+    assert set(got) == {"16k/vhd-file", "16k/vhd-ext4"}
+    assert got["16k/vhd-file"][w]["iops"]["median"] == pytest.approx(0.5)
