@@ -135,12 +135,20 @@ def run(ctx):
             raise ValueError("unknown vm-fio variants: %s"
                              % ", ".join(sorted(unknown)))
         names = list(ctx.backends)
+    workloads = WORKLOADS
+    if ctx.parts:
+        unknown = set(ctx.parts) - set(w[0] for w in WORKLOADS)
+        if unknown:
+            raise ValueError("unknown vm-fio workloads: %s"
+                             % ", ".join(sorted(unknown)))
+        workloads = [w for w in WORKLOADS if w[0] in ctx.parts]
+    plan_["workloads"] = workloads
     out = {"tuning": diskrig.tune(bps), "throttle": {"iops": iops,
                                                      "bps": bps},
            "size_mib": plan_["size_bytes"] // MIB,
            "runtime_s": plan_["runtime_s"],
            "seq_mib": plan_["seq_bytes"] // MIB, "runs": plan_["runs"],
-           "variants": names, "workloads": WORKLOADS,
+           "variants": names, "workloads": workloads,
            "domu_memory_mib": DOMU_MEMORY, "big": BIG,
            "big_workloads": BIG_WORKLOADS,
            "default": default_variant(
@@ -309,7 +317,7 @@ class VmBench(object):
         import common
         runs = self.runs
         turn = 0
-        for workload in WORKLOADS:
+        for workload in self.plan.get("workloads", WORKLOADS):
             names = [n for n in self.names
                      if n not in BIG or workload[0] in BIG_WORKLOADS]
             for i in range(self.plan["runs"]):
@@ -709,7 +717,8 @@ def pair_ratios(runs, default="8k"):
         if num not in variants or den not in variants:
             continue
         table = {}
-        for w in [w[0] for w in WORKLOADS]:
+        for w in [w[0] for w in WORKLOADS
+                  if any(r["workload"] == w[0] for r in runs)]:
             figs = {}
             for key, _ in FIGURES + [("disk_read_per_byte", ""),
                                      ("disk_written_per_byte", "")]:

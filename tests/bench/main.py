@@ -77,13 +77,14 @@ def main():
                              "list_methods,"
                              "bytes_read,after_revert,by_size; by_size,"
                              "halted,"
-                             "snapshots,plain_copy,full)")
+                             "snapshots,plain_copy,full); vm-fio: only "
+                             "these workloads (bench_vm_fio.WORKLOADS)")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
                              "backends (comma list: the defaults' names, "
                              "tap-zvol-16k, tap-zvol-8k, tap-zvol-4k, "
                              "tap-zvol-tput); vm-fio: its variants "
-                             "(16k,8k,vhd-ext4)")
+                             "(16k,8k,16k-8g,8k-8g,vhd-file,vhd-ext4)")
     parser.add_argument("--throttle", default=None,
                         help="IOPS:BPS, the limits run.sh --throttle put on "
                              "each disk (disk-bound section)")
