@@ -432,12 +432,10 @@ def zfs_counters(pool):
     """What OpenZFS counted so far, for zfs_delta: the ZIL's kstat
     (/proc/spl/kstat/zfs/zil, every numeric field: the names differ
     between 2.1 and 2.3), the pool's transaction groups
-    (/proc/spl/kstat/zfs/<pool>/txgs: the last zfs_txg_history of them)
-    and ``zpool iostat -r``'s request-size histograms per I/O class
-    (sync_write: the ZIL's blocks; async_write: the txg sync's).
-    A counter that cannot be read is left out, never fatal: the run's
+    (/proc/spl/kstat/zfs/<pool>/txgs: the last zfs_txg_history of them:
+    each one's dirty bytes when its sync began, and the pool's bytes
+    read and written while it synced). A counter that cannot be read is left out, never fatal: the run's
     own figures do not depend on it."""
-    import common
     out = {}
     try:
         out["zil"] = _kstat("/proc/spl/kstat/zfs/zil")
@@ -446,11 +444,6 @@ def zfs_counters(pool):
     try:
         out["txgs"] = _txgs("/proc/spl/kstat/zfs/%s/txgs" % pool)
     except (OSError, ValueError):
-        pass
-    try:
-        out["classes"] = parse_iostat_r(common.run(
-            ["zpool", "iostat", "-r", "-p", pool]))
-    except Exception:   # noqa: BLE001 -- a counter, not the run
         pass
     return out
 
@@ -466,8 +459,6 @@ def _kstat(path):
     return out
 
 
-IO_CLASSES = ("sync_read", "sync_write", "async_read", "async_write",
-              "scrub", "trim", "rebuild", "initialize")
 TXG_FIELDS = ("ndirty", "nread", "nwritten", "reads", "writes")
 
 
@@ -489,43 +480,11 @@ def _txgs(path):
     return out
 
 
-def parse_iostat_r(text):
-    """{class: [individual requests, their bytes at least]} from ``zpool
-    iostat -r -p``'s first (the pool's) table: each row is a power-of-two
-    size bucket, each class has an ind and an agg column; a bucket's size
-    is its smallest request's, so the bytes are a lower bound (the
-    counts are exact)."""
-    classes = None
-    out = {}
-    for line in text.splitlines():
-        row = line.split()
-        if not row:
-            continue
-        if "sync_write" in row:
-            if classes is not None:
-                break           # the next table: vdevs, not the pool
-            classes = [c for c in row if c in IO_CLASSES]
-            out = dict((c, [0, 0]) for c in classes)
-            continue
-        if classes is None or not row[0].isdigit():
-            continue
-        size = int(row[0])
-        counts = [int(x) for x in row[1:] if x.isdigit()]
-        for i, c in enumerate(classes):
-            if 2 * i < len(counts):
-                out[c][0] += counts[2 * i]
-                out[c][1] += counts[2 * i] * size
-    if not out:
-        raise ValueError("no request-size histogram in zpool iostat -r")
-    return out
-
-
 def zfs_delta(before, after, moved):
     """The counters' change over one run (and its flush), per guest
     byte where a byte count: the ZIL's bytes and commits, the txgs that
     synced in the run (count, dirty bytes, bytes written and read, the
-    guest's writes each carried), and the request counts and bytes per
-    I/O class. moved: the guest's bytes."""
+    guest's writes each carried). moved: the guest's bytes."""
     out = {}
     if "zil" in before and "zil" in after:
         out["zil"] = dict((k, after["zil"][k] - before["zil"].get(k, 0))
@@ -542,11 +501,6 @@ def zfs_delta(before, after, moved):
         out["txgs"]["history_overrun"] = bool(before["txgs"]) and min(
             int(t) for t in after["txgs"]) > max(
             int(t) for t in before["txgs"])
-    if "classes" in before and "classes" in after:
-        out["classes"] = dict(
-            (c, [a - b for a, b in zip(after["classes"][c],
-                                       before["classes"].get(c, [0, 0]))])
-            for c in after["classes"])
     out["guest_bytes"] = moved
     return out
 
@@ -796,7 +750,7 @@ def report(result):
                   "| workload | IOPS | p50 clat | p99 clat | durable IOPS "
                   "| disk read / byte | disk written / byte |",
                   "|---|---|---|---|---|---|---|"]
-        for w in [w[0] for w in s["workloads"]]:
+        for w in [w[0] for w in s["workloads"] if table.get(w[0])]:
             f = table.get(w, {})
             lines.append("| %s | %s |" % (w, " | ".join(
                 _ratio(f.get(k)) for k in (
@@ -814,43 +768,44 @@ def report(result):
 BREAKDOWN = [
     ("ios", "guest writes"), ("txgs", "txgs synced"),
     ("per_txg", "guest writes / txg"),
-    ("dirty_per_txg", "dirty KiB / txg"),
+    ("dirty_per_txg", "dirty KiB / txg at sync"),
     ("written", "disk written / guest byte"),
-    ("zil", "ZIL blocks"), ("txg_written", "txg syncs"),
-    ("sync_write", "sync_write reqs"), ("async_write", "async_write reqs"),
-    ("read", "disk read / guest byte"), ("txg_read", "txg syncs read"),
+    ("zil", "of which ZIL blocks"), ("rest", "the rest (txg syncs)"),
+    ("rest_per_txg", "the rest, KiB / txg"),
+    ("read", "disk read / guest byte"),
 ]
 
 
 def breakdown_of(run):
     """One write run's disk bytes split by what wrote them: the ZIL's
     blocks (its kstat: zil_itx_metaslab_normal_write on 2.3, the bytes
-    it issued; _bytes on 2.1, the bytes it used), the txg syncs (the
-    txgs kstat's nwritten, every txg that synced in the run and its
-    flush), per guest byte; and how many guest writes each txg
-    carried. None where a counter is missing."""
+    it issued; _bytes on 2.1, the bytes it used) and the rest, which is
+    what the txg syncs wrote (data, indirect blocks, the pool's own
+    metadata); per guest byte, and per txg synced in the run and its
+    flush, with how many guest writes each txg carried and its dirty
+    bytes when its sync began. None where a counter is missing. (The
+    txgs kstat's own nwritten is the pool's bytes while a txg synced,
+    the ZIL's included: the syncs follow each other, so it is not the
+    sync's alone.)"""
     z = run.get("zfs") or {}
     moved = float(z.get("guest_bytes") or run["bytes"] or 1)
     zil = z.get("zil") or {}
     txgs = z.get("txgs") or {}
-    classes = z.get("classes") or {}
     zil_bytes = zil.get("zil_itx_metaslab_normal_write",
                         zil.get("zil_itx_metaslab_normal_bytes"))
+    written = run["disk_written_per_byte"] * moved
+    rest = written - zil_bytes if zil_bytes is not None else None
     count = txgs.get("count")
-    out = {"ios": run["ios"], "txgs": count,
-           "per_txg": run["ios"] / float(count) if count else None,
-           "dirty_per_txg": (txgs["ndirty"] / 1024.0 / count
-                             if count else None),
-           "written": run["disk_written_per_byte"],
-           "zil": zil_bytes / moved if zil_bytes is not None else None,
-           "txg_written": (txgs["nwritten"] / moved if "nwritten" in txgs
-                           else None),
-           "read": run["disk_read_per_byte"],
-           "txg_read": (txgs["nread"] / moved if "nread" in txgs
-                        else None)}
-    for c in ("sync_write", "async_write"):
-        out[c] = classes[c][0] if c in classes else None
-    return out
+    return {"ios": run["ios"], "txgs": count,
+            "per_txg": run["ios"] / float(count) if count else None,
+            "dirty_per_txg": (txgs["ndirty"] / 1024.0 / count
+                              if count else None),
+            "written": run["disk_written_per_byte"],
+            "zil": zil_bytes / moved if zil_bytes is not None else None,
+            "rest": rest / moved if rest is not None else None,
+            "rest_per_txg": (rest / 1024.0 / count
+                             if count and rest is not None else None),
+            "read": run["disk_read_per_byte"]}
 
 
 def breakdown(s):
@@ -861,13 +816,16 @@ def breakdown(s):
     if not runs:
         return []
     lines = ["", "## Random writes: where the disk bytes go (medians)", "",
-             "ZIL blocks and txg syncs per guest byte from OpenZFS's "
-             "counters (/proc/spl/kstat/zfs/zil; the pool's txgs kstat, "
-             "every txg that synced during the run and its flush; "
-             "`zpool iostat -r` request counts per class: sync_write is "
-             "the ZIL's, async_write the txg syncs'). The VHD file shares "
-             "the pool (its own ZIL and txgs counted the same way); the "
-             "VHD on ext4 has no ZFS counters.", "",
+             "The pool disk's bytes written per guest byte, split into "
+             "the ZIL's blocks (/proc/spl/kstat/zfs/zil) and the rest "
+             "(what the txg syncs wrote); the txgs that synced during "
+             "the run and its flush (the pool's txgs kstat), the guest "
+             "writes each carried, the dirty bytes each had when its "
+             "sync began (every dirtied block counts its full size, a "
+             "128K indirect block too) and the rest's KiB per txg. The "
+             "VHD file is on the same pool (no ZIL: its dataset keeps "
+             "sync=standard and tapdisk never flushes); the VHD on ext4 "
+             "has no ZFS counters.", "",
              "| workload | variant | " + " | ".join(
                  t for _, t in BREAKDOWN) + " |",
              "|---|---|" + "---|" * len(BREAKDOWN)]
@@ -885,8 +843,8 @@ def breakdown(s):
                     continue
                 m = statistics.median(vals)
                 cells.append("%.0f" % m if key in (
-                    "ios", "txgs", "sync_write", "async_write",
-                    "dirty_per_txg") else "%.2f" % m)
+                    "ios", "txgs", "dirty_per_txg", "rest_per_txg")
+                    else "%.1f" % m if key == "per_txg" else "%.2f" % m)
             lines.append("| %s | %s | %s |" % (w, v, " | ".join(cells)))
     return lines
 

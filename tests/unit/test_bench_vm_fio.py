@@ -113,30 +113,6 @@ def test_a_report_is_taken_only_if_its_sha256_matches():
     assert bench_vm_fio.verified(sha + " " + body[:-1]) is None
 
 
-IOSTAT_R = """
-tank          sync_read    sync_write    async_read    async_write      scrub         trim
-req_size      ind    agg    ind    agg    ind    agg    ind    agg    ind    agg    ind    agg
-----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
-512             0      0      0      0      0      0      0      0      0      0      0      0
-4096            0      0      6      0      0      0     36      0      0      0      0      0
-8192            1      0      2      0      0      0      6     10      0      0      0      0
-----------------------------------------------------------------------------------------------
-"""
-
-
-def test_iostat_r_counts_each_class_and_its_bytes_from_the_buckets():
-    got = bench_vm_fio.parse_iostat_r(IOSTAT_R)
-    assert got["sync_write"] == [8, 6 * 4096 + 2 * 8192]
-    assert got["async_write"] == [42, 36 * 4096 + 6 * 8192]
-    assert got["sync_read"] == [1, 8192]
-    assert "tank" not in got and set(got) >= {"scrub", "trim"}
-
-
-def test_iostat_r_without_a_histogram_is_an_error_not_zeros():
-    with pytest.raises(ValueError):
-        bench_vm_fio.parse_iostat_r("no pools available\n")
-
-
 def txg(state, nwritten, ndirty=8192):
     return {"state": state, "ndirty": ndirty, "nread": 0,
             "nwritten": nwritten, "reads": 0, "writes": 1}
