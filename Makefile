@@ -7,8 +7,9 @@
 #                   VM's disk on a zfs-ng VDI, and make faults-quick, the short
 #                   fault campaign, run apart: see check below)
 #   make faults     the whole fault campaign (tests/faults), with its report
-#   make bench-vm-fio  fio inside a Xen PV VM on zfs-ng VDIs, 8K against
-#                   16K blocks (BENCHMARKS.md; not part of make check)
+#   make bench-vm-fio  fio inside a Xen PV VM on zfs-ng VDIs, 8K and 16K
+#                   blocks against VHDs on ZFS and ext4 (BENCHMARKS.md;
+#                   not part of make check)
 #   make demo       bring up a real ZFS SR in the test guest and drive it
 #                   through the plugin, as xapi would
 #   make install    install the plugin (DESTDIR, PREFIX, PYTHON_SITELIB;
@@ -408,13 +409,16 @@ bench-disk-bound: $(VENV)/.bench-tools
 	    --sections disk-bound --throttle '$$limits' $(BENCH_ARGS)'
 	$(VPY) tests/bench/report.py $(BENCH_OUT)
 
-# make bench-vm-fio [ZFS=2.1] [BENCH_OUT=dir] [VMFIO_THROTTLE=I:B]
-#     [BENCH_ARGS="--backends 16k,8k,vhd-ext4" | "--quick"]:
+# make bench-vm-fio [ZFS=2.1] [VMFIO_OUT=dir] [VMFIO_THROTTLE=I:B]
+#     [BENCH_ARGS="--backends 16k,8k,vhd-file"
+#      "--parts randwrite-4k-qd1,..." | "--quick"]:
 # fio inside a real Xen PV VM whose disks are zfs-ng VDIs (blkfront ->
 # tapback -> tapdisk -> zvol), the guest booted as a Xen host, its disks
 # throttled as the disk-bound run's 2.3 limits (tests/bench/
-# bench_vm_fio.py): 16K against 8K blocks by default, about 17 minutes
-# of guest time (add vhd-ext4: about 7 more). Not part of make check.
+# bench_vm_fio.py): 16K and 8K blocks, sparse 8 GiB VDIs at both, a VHD
+# on ZFS and a VHD on ext4, 2 runs (BENCH_ARGS="--runs 3" for more):
+# 35 minutes of guest time on 2.3, 8 of them the setup and the fills.
+# Not part of make check.
 VMFIO_OUT      ?= build/bench-vm-fio
 VMFIO_THROTTLE ?= 137:782818
 bench-vm-fio:
@@ -423,7 +427,7 @@ bench-vm-fio:
 	    --throttle $(VMFIO_THROTTLE) --timeout 3000 --results $(VMFIO_OUT) \
 	    -- sh -c 'make -s guest-install && python3 tests/bench/main.py \
 	    --root /tmp/zfsng-root --device $(BENCH_DISK) --out /results \
-	    --sections vm-fio --throttle $(VMFIO_THROTTLE) $(BENCH_ARGS)'
+	    --sections vm-fio --throttle $(VMFIO_THROTTLE) --runs 2 $(BENCH_ARGS)'
 	$(PYTHON) tests/bench/bench_vm_fio.py --report $(VMFIO_OUT)
 
 clean:

@@ -14,8 +14,11 @@ order rotated.
 
 One VM (xenops.Vm, as xenopsd starts one) with one disk per variant
 (``VARIANTS``: zfs-ng SRs on the one-disk pool of disk 1 with 16K and 8K
-blocks; ``vhd-ext4``, SMAPIv1's local EXT SR, a VHD on ext4 on disk 2
-through tapdisk, on request). The domU's init (tests/xen/vm-fio-domu)
+blocks, and the same as sparse 8 GiB VDIs for the random writes;
+``vhd-file``, SMAPIv1's ZFS SR, a VHD in a dataset of that pool;
+``vhd-ext4``, SMAPIv1's local EXT SR, a VHD on ext4 on disk 2; both
+through tapdisk as SMAPIv1 opens them; main.py --backends picks some,
+--parts some workloads). The domU's init (tests/xen/vm-fio-domu)
 runs what dom0 writes to its console's pty, one fio job at a time on the
 raw /dev/xvdX with O_DIRECT (libaio), and prints fio's JSON report on its
 console; between two jobs dom0 drains, drops and reads its counters. fio
@@ -28,8 +31,10 @@ p50 and p99, in the domU), and dom0's disk bytes read and written per
 byte the guest moved (/sys/class/block of the pool's disk). Writes end
 with fio's fsync (the guest's flush through blkfront), then dom0 makes
 them durable (zpool sync, sync -f), timed: ``durable_iops`` counts that
-time. A benchmark: it asserts no timing; under TCG only ratios within a
-run count.
+time. Around each run also OpenZFS's own counters (zfs_counters): the
+ZIL's kstat and the pool's txgs, to split the disk bytes of a write into
+log blocks and txg syncs. A benchmark: it asserts no timing; under TCG
+only ratios within a run count.
 
     python3 tests/bench/bench_vm_fio.py --report DIR    (the host: DIR's
         results.json -> DIR/report.md)
