@@ -712,8 +712,8 @@ def report(result):
              "nothing, only ratios within this run count." %
              c.get("date", "?"), "",
              "One PV domU (Xen 4.17, %d MiB, 1 vCPU), one disk per "
-             "variant: blkfront -> tapback -> tapdisk -> zvol (or VHD on "
-             "ext4). %s in the domU, O_DIRECT, libaio, on the raw "
+             "variant: blkfront -> tapback -> tapdisk -> zvol (or a VHD on "
+             "ZFS or ext4). %s in the domU, O_DIRECT, libaio, on the raw "
              "disk. Pool disk throttled by QEMU to %d requests/s and "
              "%.2f MB/s; ARC capped at %d MiB and dropped before every "
              "run; %d MiB per VDI, filled first; random runs %d s, "
