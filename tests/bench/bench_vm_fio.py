@@ -44,16 +44,18 @@ import argparse
 import json
 import os
 import pathlib
-import re
-import shutil
 import statistics
 import sys
-import termios
 import time
-import tty
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "xen"))
+
+# the domU's command loop and fio's files (shared with tests/xen's VM move
+# tests)
+from domufio import DOMU_MEMORY, OPTION, Console, fio_files, \
+    fio_vm_class, verified  # noqa: E402,F401
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -113,9 +115,6 @@ EXT4_MNT = "/var/tmp/zfsng-vm-fio-ext4"
 FIO_FLAGS = ["--ioengine=libaio", "--direct=1", "--thread",
              "--refill_buffers", "--norandommap", "--randrepeat=0",
              "--percentile_list=50:99"]
-DOMU_MEMORY = 768     # MiB: the initramfs holds fio and its libraries
-RESULT_TIMEOUT = 900
-OPTION = re.compile(r"^[A-Za-z0-9=_.:,/-]+$")
 
 
 def plan(ctx):
@@ -191,10 +190,9 @@ class VmBench(object):
         self.ext4 = None
         self.files = None       # bench_datapath.Backends: the VHD file
         self.vm = None
-        self.pty = None
+        self.console = None     # the domU's command loop (domufio)
         self.devs = {}          # name: the domU's xvdX
         self.runs = []          # each run's figures, as they come
-        self.sent = 0
 
     # --- the disks ---------------------------------------------------------
 
@@ -268,50 +266,22 @@ class VmBench(object):
         files, lib_bytes = fio_files()
         common.log("vm-fio: fio and %d libraries, %.1f MiB, into the "
                    "domU's initramfs", len(files) - 1, lib_bytes / MIB)
+        self.console = Console(self.vm, log=lambda text: common.log(
+            "%s", text))
         self.vm.start({}, files)
         for name, disk in zip(self.names, self.vm.disks):
             self.devs[name] = disk.vbd.dev
-        lines = self.wait_line(lambda l: l.startswith("ready 1"), 600)
-        self.pty = Pty(self.vm.store, self.vm.domid)
+        lines = self.console.wait_line(lambda l: l.startswith("ready 1"),
+                                       600)
+        self.console.open()
         return {"lines": [l for l in lines if not l.startswith("result")],
                 "devices": dict(self.devs),
                 "initramfs_extra_mib": lib_bytes / MIB}
 
-    def wait_line(self, match, timeout, count=1):
-        """Until the domU printed count lines match() accepts (or an
-        ERROR line: raised); returns this boot's lines."""
-        from test_xen_vm import console
-        end = time.monotonic() + timeout
-        while True:
-            if self.pty:
-                self.pty.drain()
-            lines = self.vm.lines()
-            errors = [l for l in lines if l.startswith("ERROR")]
-            if errors:
-                raise RuntimeError("the domU: %s\n%s" % (
-                    "; ".join(errors), console(self.vm.console)[-3000:]))
-            if sum(1 for l in lines if match(l)) >= count:
-                return lines
-            if time.monotonic() > end:
-                raise RuntimeError("timed out after %ds waiting for the "
-                                   "domU; its console:\n%s" % (
-                                       timeout,
-                                       console(self.vm.console)[-3000:]))
-            time.sleep(0.3)
-
-    def command(self, words):
-        """One command to the domU, once it said it is ready for it."""
-        for w in words:
-            if not OPTION.match(w):
-                raise ValueError("not a word for the domU: %r" % w)
-        self.sent += 1
-        self.wait_line(lambda l: l == "ready %d" % self.sent, 600)
-        self.pty.send(" ".join(words))
-
     def halt(self):
         """The domU powers itself off ("end"): VM_shutdown, then
         VBD_epoch_end (Datapath.close) as a VM halt leaves it."""
-        self.command(["end"])
+        self.console.command(["end"])
         self.vm.halted_by_guest()
         self.vm.epoch_end()
 
@@ -355,8 +325,8 @@ class VmBench(object):
         arc0, disk0 = arc_data_counts(), disk_counts(stats)
         zfs0 = zfs_counters(self.ctx.pool)
         tag = "%s-%s-r%d" % (workload[0], name, k)
-        self.command(["fio", tag, self.devs[name]] + options)
-        report = self.result(tag)
+        self.console.command(["fio", tag, self.devs[name]] + options)
+        report = self.console.result(tag)
         start = time.perf_counter()
         if "write" in rw:
             target.sync()
@@ -391,33 +361,13 @@ class VmBench(object):
                               report.get("disk_util", [])],
                 "zfs": zfs_delta(zfs0, zfs1, moved)}
 
-    def result(self, tag, tries=3):
-        """fio's JSON report of the run tag, as the domU printed it; a
-        line whose sha256 is not the one printed with it (cut or mixed
-        on its way through the console) is asked for again."""
-        prefix = "result %s " % tag
-
-        for attempt in range(1, tries + 1):
-            lines = self.wait_line(lambda l: l.startswith(prefix),
-                                   RESULT_TIMEOUT, count=attempt)
-            got = [l for l in lines if l.startswith(prefix)][attempt - 1]
-            report = verified(got[len(prefix):])
-            if report is not None:
-                return report
-            import common
-            common.log("vm-fio: %s's report came through the console "
-                       "garbled, asking again", tag)
-            self.command(["show", tag])
-        raise RuntimeError("fio's report of %s garbled %d times" % (
-            tag, tries))
-
     def close(self):
         """Whatever happened: the VM gone, its disks detached, the
         variants' VDIs and the VHD's file system gone."""
         import bench_disk_bound
         import common
-        if self.pty:
-            self.pty.close()
+        if self.console:
+            self.console.close()
         if self.vm is not None and self.vm.domid is not None:
             try:
                 self.vm.hard_shutdown()
@@ -510,19 +460,6 @@ def zfs_delta(before, after, moved):
     return out
 
 
-def verified(text):
-    """fio's report from "<sha256> <json>" if the json's sha256 is the
-    one printed with it, else None."""
-    import hashlib
-    sha, _, body = text.partition(" ")
-    if hashlib.sha256(body.encode()).hexdigest() != sha:
-        return None
-    try:
-        return json.loads(body[body.index("{"):])
-    except ValueError:
-        return None
-
-
 def fio_options(workload, k, plan_, size=None):
     """fio's options for the k-th run of a workload (FIO_FLAGS after
     them): a random run lasts plan_["runtime_s"] over the whole VDI; a
@@ -544,116 +481,6 @@ def fio_options(workload, k, plan_, size=None):
     if "write" in rw:
         options.append("--end_fsync=1")
     return options + FIO_FLAGS
-
-
-def xen_paths():
-    """tests/xen's modules (and the integration suite's, which they
-    import) and Xen's Python bindings on sys.path; returns tests/xen."""
-    xen = os.path.join(HERE, "..", "xen")
-    for path in (xen, os.path.join(HERE, "..", "integration"),
-                 "/usr/lib/xen-4.17/lib/python"):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    return xen
-
-
-def fio_vm_class():
-    """xenops.Vm booting tests/xen/vm-fio-domu, with more memory, and able
-    to plug a bare tapdev (the VHDs: SMAPIv1's, no zfs-ng Datapath
-    calls) the way it plugs a zfs-ng VDI's."""
-    xen = xen_paths()
-    import xenops
-    from test_xen_vm import Vbd3, wait_for
-
-    class FioVm(xenops.Vm):
-        INIT = os.path.join(xen, "vm-fio-domu")
-        MEMORY = DOMU_MEMORY
-
-        def call(self, disk, method, **args):
-            if getattr(disk, "tapdev", None):
-                return None     # not a zfs-ng VDI: no Datapath call
-            return xenops.Vm.call(self, disk, method, **args)
-
-        def _plug(self, disk, epoch_begin=True):
-            if not getattr(disk, "tapdev", None):
-                return xenops.Vm._plug(self, disk, epoch_begin)
-            vbd = Vbd3(self.store, self.domid, self.uuid, disk.devid)
-            # one VDI id per tapdev: vhd-file and vhd-ext4 in one VM
-            vdi = "vhd-" + os.path.basename(disk.tapdev)
-            vdi_id = json.dumps(["VDI", vdi])
-            vbd.add(disk.tapdev, [("backend-kind", "vbd3"),
-                                  ("vdi-uuid", vdi)],
-                    dp_id="vbd/%d/%s" % (self.domid, vbd.dev),
-                    vdi_id=vdi_id,
-                    vbd_id=json.dumps(["%s.vbd%d" % (
-                        self.uuid, self.disks.index(disk)), vbd.dev]))
-            self.store.xs.write("", vbd.back + "/vdi", vdi_id.encode())
-            vbd.block_add()
-            wait_for("%s's backend InitWait or on" % vbd.dev,
-                     lambda: vbd.state("back") in ("2", "3", "4"), 60)
-            disk.vbd = vbd
-    return FioVm
-
-
-def fio_files():
-    """{initramfs name: bytes} of dom0's fio and every shared library ldd
-    finds for it (into /lib: the domU's init sets LD_LIBRARY_PATH; the
-    dynamic loader is the domU initramfs's own, busybox's), and the
-    libraries' bytes."""
-    import common
-    fio = shutil.which("fio")
-    if not fio:
-        raise RuntimeError("no fio in dom0 (the guest image's)")
-    libs = re.findall(r"(/\S+) \(0x[0-9a-f]+\)", common.run(["ldd", fio]))
-    files = {}
-    with open(fio, "rb") as f:
-        files["bin/fio"] = f.read()
-    total = 0
-    for lib in libs:
-        if os.path.basename(lib).startswith("ld-linux"):
-            continue
-        with open(os.path.realpath(lib), "rb") as f:
-            data = f.read()
-        files["lib/" + os.path.basename(lib)] = data
-        total += len(data)
-    return files, total
-
-
-class Pty(object):
-    """The domU's console as dom0 writes to it: xenconsoled's pty (its
-    slave side, xenstore console/tty, as ``xl console`` opens it), raw,
-    so a line reaches hvc0 as written; what comes back (the domU's
-    output, also in xenconsoled's log) is drained and dropped."""
-
-    def __init__(self, store, domid, timeout=60):
-        from test_xen_vm import wait_for
-        path = wait_for("the console's pty", lambda: store.read(
-            "/local/domain/%d/console/tty" % domid), timeout)
-        self.fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
-        tty.setraw(self.fd, termios.TCSANOW)
-
-    def send(self, line):
-        data = (line + "\n").encode()
-        end = time.monotonic() + 30
-        while data:
-            self.drain()
-            try:
-                data = data[os.write(self.fd, data):]
-            except BlockingIOError:
-                if time.monotonic() > end:
-                    raise RuntimeError("the domU's console takes no input")
-                time.sleep(0.1)
-
-    def drain(self):
-        while True:
-            try:
-                if not os.read(self.fd, 65536):
-                    return
-            except (BlockingIOError, OSError):
-                return
-
-    def close(self):
-        os.close(self.fd)
 
 
 # --- the ratios and the report ---------------------------------------------

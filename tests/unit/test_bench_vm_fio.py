@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, os.path.join(ROOT, "tests", "bench"))
 
 import bench_vm_fio  # noqa: E402
+import domufio  # noqa: E402  (tests/xen, put on sys.path by bench_vm_fio)
 
 MIB = 1024 * 1024
 PLAN = {"size_bytes": 48 * MIB, "runtime_s": 10, "seq_bytes": 8 * MIB,
@@ -82,35 +83,35 @@ class FakePty(object):
 
 
 def test_a_command_with_a_shell_word_is_refused_before_it_is_sent():
-    bench = bench_vm_fio.VmBench(None, [], PLAN)
-    bench.pty = FakePty()
+    console = domufio.Console(None)
+    console.pty = FakePty()
     with pytest.raises(ValueError):
-        bench.command(["fio", "tag", "xvdb", "--name=x;poweroff"])
-    assert bench.pty.sent == [] and bench.sent == 0
+        console.command(["fio", "tag", "xvdb", "--name=x;poweroff"])
+    assert console.pty.sent == [] and console.sent == 0
 
 
 def test_a_command_waits_for_the_domus_ready_line_of_its_turn():
-    bench = bench_vm_fio.VmBench(None, [], PLAN)
-    bench.pty = FakePty()
+    console = domufio.Console(None)
+    console.pty = FakePty()
     waited = []
-    bench.wait_line = lambda match, timeout: waited.append(
+    console.wait_line = lambda match, timeout: waited.append(
         [match("ready 1"), match("ready 2"), match("ready 10")])
-    bench.command(["fio", "t", "xvdb", "--rw=read"])
-    bench.command(["end"])
+    console.command(["fio", "t", "xvdb", "--rw=read"])
+    console.command(["end"])
     assert waited == [[True, False, False], [False, True, False]]
-    assert bench.pty.sent == ["fio t xvdb --rw=read", "end"]
+    assert console.pty.sent == ["fio t xvdb --rw=read", "end"]
 
 
 def test_a_report_is_taken_only_if_its_sha256_matches():
     import hashlib
     body = '{"jobs": [{"read": {"total_ios": 3}}]}'
     sha = hashlib.sha256(body.encode()).hexdigest()
-    assert bench_vm_fio.verified(sha + " " + body)["jobs"][0]["read"] == \
+    assert domufio.verified(sha + " " + body)["jobs"][0]["read"] == \
         {"total_ios": 3}
     # a kernel message inside the line, or a character lost
     cut = body[:10] + "[  12.3] xen: msg" + body[10:]
-    assert bench_vm_fio.verified(sha + " " + cut) is None
-    assert bench_vm_fio.verified(sha + " " + body[:-1]) is None
+    assert domufio.verified(sha + " " + cut) is None
+    assert domufio.verified(sha + " " + body[:-1]) is None
 
 
 def txg(state, nwritten, ndirty=8192):

@@ -68,6 +68,7 @@ domains, as a VM does; each boot's domain has a name of its own (a fresh
 console log).
 """
 
+import copy
 import json
 import os
 import re
@@ -126,6 +127,8 @@ class Vm(object):
         self.disks = []
         self.boot = 0
         self.domid = None
+        self.consoles = []       # this boot's domains' names, in turn
+        self.initrd = None       # this boot's
         self.calls = []          # the datapath calls, in order
         self.seconds = []        # how long each of them took
         self.unplugs = []        # what each backend did when unplugged
@@ -169,10 +172,12 @@ class Vm(object):
             return "Datapath.activate_readonly"
         return "Datapath.activate"
 
-    def domain(self, disk):
-        return domain_of("vbd/%d/%s" % (self.domid, Vbd3(
-            self.store, self.domid, self.uuid, disk.devid).dev),
-            str(self.domid))
+    def domain(self, disk, domid=None):
+        """The Datapath domain of disk's VBD in domain domid (the VM's
+        current one by default)."""
+        domid = self.domid if domid is None else domid
+        return domain_of("vbd/%d/%s" % (domid, Vbd3(
+            self.store, domid, self.uuid, disk.devid).dev), str(domid))
 
     # --- VM_start -------------------------------------------------------
 
@@ -197,20 +202,34 @@ class Vm(object):
         with open(initrd, "wb") as f:
             f.write(base + b"\0" * (-len(base) % 4) +
                     cpio_newc(archive, executable=("vm-init",)))
-        cfg = str(self.tmp / ("vm-%d.cfg" % self.boot))
+        self.initrd, self.consoles = initrd, []
+        xl("create", "-p", self._config(name), timeout=300)  # VM_create,
+        self._created(name)                                  # VM_build
+        for disk in self.disks:
+            self._plug(disk)
+        xl("unpause", str(self.domid))
+        self._connected()
+
+    def _config(self, name):
+        """xl's configuration of a domain of this VM named name."""
+        cfg = str(self.tmp / ("%s.cfg" % name))
         with open(cfg, "w") as f:
             f.write("\n".join([
                 'name = "%s"' % name, 'uuid = "%s"' % self.uuid,
                 'type = "pv"',
                 'kernel = "/boot/vmlinuz-%s"' % os.uname().release,
-                'ramdisk = "%s"' % initrd,
+                'ramdisk = "%s"' % self.initrd,
                 'extra = "console=hvc0 loglevel=4 rdinit=/vm-init"',
                 "memory = %d" % self.MEMORY, "vcpus = 1",
                 'on_poweroff = "preserve"',
                 'on_reboot = "preserve"', 'on_crash = "preserve"', ""]))
-        xl("create", "-p", cfg, timeout=300)        # VM_create, VM_build
+        return cfg
+
+    def _created(self, name):
+        """The domain named name is this VM's now (paused, no VBD)."""
         self.domid = int(xl("domid", name).strip())
         self.console = name
+        self.consoles.append(name)
         # xenopsd makes the domain's control dir the guest's own
         # (domain.ml:600-616, rwperm_for_guest, xenbus_utils.ml:78-79);
         # libxl makes it read-only for the guest. Domain.shutdown's
@@ -219,12 +238,6 @@ class Vm(object):
         self.store.xs.set_permissions(
             "", "/local/domain/%d/control" % self.domid,
             [{"dom": self.domid, "read": False, "write": False}])
-        for disk in self.disks:
-            self._plug(disk)
-        xl("unpause", str(self.domid))
-        wait_for("every blkfront connected", lambda: all(
-            d.vbd.state("back") == "4" and d.vbd.state("front") == "4"
-            for d in self.disks), 600, step=1)
 
     def _plug(self, disk, epoch_begin=True):
         """VBD_epoch_begin (at a start, not at a hot-plug), VBD_attach,
@@ -264,10 +277,13 @@ class Vm(object):
     # --- the guest's console -------------------------------------------
 
     def lines(self):
-        """This boot's "ZFSNG-DOMU <boot> ..." lines, the prefix cut."""
+        """This boot's "ZFSNG-DOMU <boot> ..." lines, the prefix cut,
+        from each of its domains' console logs in turn (a suspended and
+        resumed VM, or a moved one, goes on in a new domain)."""
         tag = "ZFSNG-DOMU %d " % self.boot
-        return [line.split(tag, 1)[1].rstrip("\r") for line in
-                console(self.console).splitlines() if tag in line]
+        return [line.split(tag, 1)[1].rstrip("\r")
+                for name in self.consoles
+                for line in console(name).splitlines() if tag in line]
 
     def wait_said(self, what, timeout=900):
         """Until the domU printed a line starting with what (or an error);
@@ -329,20 +345,31 @@ class Vm(object):
         VM_destroy. The datapath stays open (no epoch_end). A VBD not
         plugged has no device and no backend to deactivate
         (xenops_server_xen.ml:4436-4450, 4533-4543): no call for it."""
-        xl("pause", str(self.domid), check=False)   # Best_effort VM_pause
-        for disk in self.disks:
+        self._shutdown(self.domid, self.disks)
+        self.domid = None
+
+    def _shutdown(self, domid, disks, deactivated=None):
+        """VM_shutdown(id, None) of domain domid whose VBDs are disks:
+        Best_effort VM_pause, each VBD unplugged by force (Device
+        hard_shutdown and release, Datapath.deactivate, then
+        deactivated(disk) if given: storage_mux's post_deactivate_hook
+        runs there, storage_mux.ml:650-666; Datapath.detach), then
+        VM_destroy."""
+        xl("pause", str(domid), check=False)        # Best_effort VM_pause
+        for disk in disks:
             if disk.vbd is None:
                 continue
-            domain = self.domain(disk)
+            domain = self.domain(disk, domid)
             t0 = time.monotonic()
             outcome = disk.vbd.hard_shutdown()
             self.unplugs.append((self.boot, disk.vbd.dev, outcome,
                                  round(time.monotonic() - t0, 1)))
             disk.vbd.release()
             self.call(disk, "Datapath.deactivate", domain=domain)
+            if deactivated:
+                deactivated(disk)
             self.call(disk, "Datapath.detach", domain=domain)  # dp_destroy
             disk.vbd = None
-        domid = self.domid
         xl("destroy", str(domid))
         # Domain.destroy's rm of the domain's backend dirs; tapback's
         # slave for the domain ends (backend.c:1234-1248)
@@ -351,7 +378,6 @@ class Vm(object):
                  lambda: domid not in [i for _, i in domains()], 120)
         wait_for("tapback's slave for %d to end" % domid,
                  lambda: domid not in tapback_slaves(), 60)
-        self.domid = None
 
     def epoch_end(self):
         """VBD_epoch_end of every VBD: Datapath.close."""
@@ -408,6 +434,93 @@ class Vm(object):
         self.call(disk, "Datapath.deactivate", domain=domain)
         self.call(disk, "Datapath.detach", domain=domain)
         disk.vbd = None
+
+
+    # --- suspend, resume, a move to other VDIs ----------------------------
+
+    def save(self):
+        """VM_save (xenops_server.ml:2379-2389, Domain.suspend): the guest
+        asked to suspend (control/shutdown "suspend"), its memory written
+        to a file, the domain left paused and never run again. Here ``xl
+        save -p``: libxl suspends the guest and saves it, then resumes
+        the domain cancelled but paused (xl: -p "leave domain paused
+        after creating the snapshot"). Returns the image's path."""
+        image = str(self.tmp / ("%s.save" % self.console))
+        xl("save", "-p", str(self.domid), image, timeout=900)
+        return image
+
+    def suspend(self):
+        """``xe vm-suspend``: VM_suspend (xenops_server.ml:1880-1902):
+        VM_save, then VM_shutdown(id, None) (:1740-1766: the pause,
+        every VBD unplugged by force with Datapath.deactivate and detach,
+        VM_destroy). No VBD_epoch_end: no Datapath.close. Returns (the
+        memory image, the seconds of the save, of the whole suspend)."""
+        t0 = time.monotonic()
+        image = self.save()
+        saved = time.monotonic() - t0
+        self.destroy()
+        return image, saved, time.monotonic() - t0
+
+    def resume(self, image):
+        """``xe vm-resume``: VM_resume (xenops_server.ml:1903-1944):
+        VM_create and VM_restore, here ``xl restore -p`` (the memory
+        image into a new domain, left paused; a name of its own, so a
+        console log of its own); then VM_restore_devices(id, false)
+        (:1773-1800): per VBD VBD_set_active and vbd_plug (Datapath
+        attach and activate for the new domid, Device.Vbd.add, the block
+        script) while the domain is paused; no VBD_epoch_begin, so no
+        Datapath.open; then xapi's VM.unpause. The guest's blkfront,
+        resumed, reads its frontend's backend node again and connects
+        to the new backend (Linux xenbus_dev_resume, blkfront_resume).
+        Returns the seconds until every blkfront is connected."""
+        t0 = time.monotonic()
+        name = "%s-%d-%d" % (self.name, self.boot, len(self.consoles))
+        xl("restore", "-p", self._config(name), image, timeout=900)
+        self._created(name)
+        for disk in self.disks:
+            self._plug(disk, epoch_begin=False)
+        xl("unpause", str(self.domid))
+        self._connected()
+        return time.monotonic() - t0
+
+    def _connected(self):
+        wait_for("every blkfront connected", lambda: all(
+            d.vbd.state("back") == "4" and d.vbd.state("front") == "4"
+            for d in self.disks), 600, step=1)
+
+    def migrate(self, moves, deactivated=None):
+        """A live migration within this host whose disks move to other
+        VDIs (``xe vm-migrate ... vdi:<vdi>=<sr> live=true`` once xapi's
+        mirrors are complete): VM_migrate (xenops_server.ml:2760-3225).
+        The source's VM_save(Live) (:2951); the destination's VM_create
+        and VM_restore (:3165) into a new domain; its
+        VM_restore_devices(final_id, true) (:3207): each VBD plugged
+        on its destination VDI (moves: {disk: (vol, sr)}; Datapath
+        attach and activate for the new domid, Device.Vbd.add) while the
+        new domain is paused; VM_unpause (:3209); then the source's
+        VM_shutdown(new_src_id, None) (:2999-3001): the pause, each of
+        its VBDs unplugged by force (Datapath.deactivate of the source
+        VDI, then deactivated(disk) with the source's disk: storage_mux's
+        post_deactivate_hook, receive_finalize3 on the destination;
+        Datapath.detach), VM_destroy. Played differences: the memory
+        goes through a file, not a socket (VM_save ends before VM_restore
+        begins), and the source domain keeps its name rather than being
+        renamed (VM_rename, :2952: xl names the new domain apart).
+        Returns {step: seconds}."""
+        t0 = time.monotonic()
+        image = self.save()
+        saved = time.monotonic()
+        source, src_domid = [], self.domid
+        for disk in self.disks:
+            source.append(copy.copy(disk))
+            disk.vol, disk.sr = moves.get(disk, (disk.vol, disk.sr))
+            disk.vbd = None
+        self.resume(image)
+        resumed = time.monotonic()
+        self._shutdown(src_domid, source, deactivated)
+        return {"save": saved - t0, "restore_and_plug": resumed - saved,
+                "source_shutdown": time.monotonic() - resumed,
+                "downtime": resumed - t0}
 
 
 def shell_word(value):
