@@ -62,6 +62,17 @@ the domain's backend dirs, domain.ml:909-926).
   VDISK_READONLY (blktap tapback/backend.c:661-678), so blkfront makes
   the disk read-only.
 
+* ``xe vm-suspend`` is VM_suspend (xenops_server.ml:1880-1902): VM_save
+  then VM_shutdown(id, None), no VBD_epoch_end; ``xe vm-resume`` is
+  VM_resume (:1903-1944): VM_create, VM_restore, then
+  VM_restore_devices (:1773-1800: attach and activate per VBD, no
+  VBD_epoch_begin) while the new domain is paused, then xapi's unpause.
+  A live migration is VM_migrate (:2760-3225): VM_save on the source,
+  VM_restore and VM_restore_devices into a new domain on the
+  destination's VDIs, VM_unpause, and only then the source's
+  VM_shutdown. VM_save and VM_restore are xl's save and restore here
+  (Vm.save, Vm.resume).
+
 xl keeps a shut-down domain (on_poweroff, on_reboot and on_crash
 "preserve"), as xenopsd finds it, and the VM keeps its uuid across its
 domains, as a VM does; each boot's domain has a name of its own (a fresh
@@ -90,12 +101,17 @@ SHUTDOWN_REASONS = {0: "poweroff", 1: "reboot", 2: "suspend", 3: "crash"}
 _XC = []
 
 
-def domain_info(domid):
-    """Xen's own record of a domain (xen.lowlevel.xc), or None."""
+def hypervisor():
+    """Xen's control interface (xen.lowlevel.xc), opened once."""
     if not _XC:
         from xen.lowlevel import xc
         _XC.append(xc.xc())
-    found = [d for d in _XC[0].domain_getinfo(domid, 1)
+    return _XC[0]
+
+
+def domain_info(domid):
+    """Xen's own record of a domain, or None."""
+    found = [d for d in hypervisor().domain_getinfo(domid, 1)
              if d["domid"] == domid]
     return found[0] if found else None
 
@@ -502,13 +518,16 @@ class Vm(object):
         its VBDs unplugged by force (Datapath.deactivate of the source
         VDI, then deactivated(disk) with the source's disk: storage_mux's
         post_deactivate_hook, receive_finalize3 on the destination;
-        Datapath.detach), VM_destroy. Played differences: the memory
-        goes through a file, not a socket (VM_save ends before VM_restore
-        begins), and the source domain keeps its name rather than being
-        renamed (VM_rename, :2952: xl names the new domain apart).
-        Returns {step: seconds}."""
+        Datapath.detach), VM_destroy. VM_rename(id, new_src_id) after
+        the save (:2952) is the source domain's handle set to a fresh
+        uuid (xenops_server_xen.ml:1992-1997, domain_sethandle; its
+        xenstore tree is not moved: xl names the new domain apart).
+        Played difference: the memory goes through a file, not a socket
+        (VM_save ends before VM_restore begins). Returns {step:
+        seconds}."""
         t0 = time.monotonic()
         image = self.save()
+        hypervisor().domain_sethandle(self.domid, list(uuid.uuid4().bytes))
         saved = time.monotonic()
         source, src_domid = [], self.domid
         for disk in self.disks:
