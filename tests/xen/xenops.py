@@ -451,7 +451,6 @@ class Vm(object):
         self.call(disk, "Datapath.detach", domain=domain)
         disk.vbd = None
 
-
     # --- suspend, resume, a move to other VDIs ----------------------------
 
     def save(self):
