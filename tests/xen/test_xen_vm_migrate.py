@@ -43,14 +43,15 @@ import domufio
 MiB = 1 << 20
 SIZE = MIG_SIZE             # the VM's disk (ZfsNgDestination's leaf size)
 SPAN = 8 * MiB              # what fio writes and verifies
+MOVE_SPAN = 4 * MiB         # in the move, whose mirror alone takes 140 s
 BS = 4096
 MEMORY = 512                # MiB: fio and its libraries in the initramfs
 
 
-def fio_job(rate):
-    """Random 4 KiB writes over SPAN, each block once, at most rate a
+def fio_job(span, rate):
+    """Random 4 KiB writes over span, each block once, at most rate a
     second (reads unpaced), verified as described above."""
-    return ["--rw=randwrite", "--bs=%d" % BS, "--size=%d" % SPAN,
+    return ["--rw=randwrite", "--bs=%d" % BS, "--size=%d" % span,
             "--ioengine=libaio", "--direct=1", "--iodepth=4",
             "--verify=crc32c", "--verify_backlog=64", "--do_verify=1",
             "--verify_fatal=1", "--rate_iops=,%d" % rate]
@@ -86,13 +87,13 @@ def boot(vm, console):
     console.open()
 
 
-def checked(report):
-    """fio's job, asserted whole: every block of SPAN written once and
+def checked(report, span):
+    """fio's job, asserted whole: every block of span written once and
     read back once by the verification, no error."""
     (job,) = report["jobs"]
     assert job["error"] == 0, job
-    assert job["write"]["io_bytes"] == SPAN, job["write"]
-    assert job["read"]["io_bytes"] == SPAN, job["read"]
+    assert job["write"]["io_bytes"] == span, job["write"]
+    assert job["read"]["io_bytes"] == span, job["read"]
     return job
 
 
@@ -117,7 +118,7 @@ def test_a_vm_suspended_and_resumed_mid_fio_verifies_every_block(
                          tmp_path)
     vm.add_disk(vol)
     boot(vm, console)
-    console.command(["fio", "suspended", "xvda"] + fio_job(40))
+    console.command(["fio", "suspended", "xvda"] + fio_job(SPAN, 40))
     wait_for("fio's first MiB", lambda: written(vol, vm.domid) >= MiB,
              600, step=1)
     first = vm.domid
@@ -131,7 +132,7 @@ def test_a_vm_suspended_and_resumed_mid_fio_verifies_every_block(
     os.unlink(image)
     assert vm.domid != first
     console.open()
-    job = checked(console.result("suspended"))
+    job = checked(console.result("suspended"), SPAN)
     after = tap_stats(vol, vm.domid)["secs"]
     print("xen-migrate: suspend %.1fs (save %.1fs), resume %.1fs; the new "
           "domain's tapdisk: %d KiB written, %d KiB read; fio: %s +%.1fs"
@@ -179,14 +180,14 @@ def test_a_vm_running_fio_moves_live_to_another_zfs_ng_sr(
     t0 = time.monotonic()
     src = plugin("Volume.create", sr=sr, name="moving", description="",
                  size=SIZE, sharable=False)
-    rest = os.urandom(SIZE - SPAN)           # a used disk beyond fio's span
+    rest = os.urandom(SIZE - MOVE_SPAN)      # a used disk beyond fio's span
     with open("/dev/zvol/" + dataset(src), "r+b") as f:
-        f.seek(SPAN)
+        f.seek(MOVE_SPAN)
         f.write(rest)
     vm, console = fio_vm(xen_host, plugin, dp, sr, "zfsng-move", tmp_path)
     (disk,) = [vm.add_disk(src)]
     boot(vm, console)
-    console.command(["fio", "moving", "xvda"] + fio_job(15))
+    console.command(["fio", "moving", "xvda"] + fio_job(MOVE_SPAN, 4))
     wait_for("fio's first 256 KiB", lambda: written(src, vm.domid) >=
              256 * 1024, 600, step=1)
     first = vm.domid
@@ -208,8 +209,9 @@ def test_a_vm_running_fio_moves_live_to_another_zfs_ng_sr(
     print("xen-migrate: mirror complete after %d stats, fio wrote %d KiB "
           "on the source +%.1fs" % (len(seen), before // 1024,
                                     time.monotonic() - t0), flush=True)
-    assert before < SPAN * 9 // 10, "fio had nearly done writing before " \
-        "the move (%d of %d bytes): slow it down" % (before, SPAN)
+    assert before < MOVE_SPAN * 9 // 10, "fio had nearly done writing " \
+        "before the move (%d of %d bytes): slow it down" % (before,
+                                                             MOVE_SPAN)
     assert not [l for l in vm.lines() if l.startswith("result ")]
 
     def finalized(old):
@@ -232,7 +234,7 @@ def test_a_vm_running_fio_moves_live_to_another_zfs_ng_sr(
         vm.domid, ", ".join("%s %.1fs" % kv for kv in sorted(steps.items())),
         time.monotonic() - t0), flush=True)
 
-    job = checked(console.result("moving"))
+    job = checked(console.result("moving"), MOVE_SPAN)
     after = tap_stats(dest.leaf, vm.domid)["secs"]
     print("xen-migrate: the destination's tapdisk for domain %d: %d KiB "
           "written, %d KiB read; fio's write phase %d ms +%.1fs" % (
@@ -252,8 +254,8 @@ def test_a_vm_running_fio_moves_live_to_another_zfs_ng_sr(
     leaf = "/dev/zvol/" + dataset(dest.leaf)
     assert dd_hash(leaf, SIZE, 0) == hashed
     with open(leaf, "rb") as f:
-        f.seek(SPAN)
-        assert f.read(SIZE - SPAN) == rest
+        f.seek(MOVE_SPAN)
+        assert f.read(SIZE - MOVE_SPAN) == rest
     assert tap_list() == [] and states() == []
     assert kernel_complaints() == []
     print("xen-migrate: the move done +%.1fs" % (time.monotonic() - t0),
