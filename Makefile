@@ -203,7 +203,8 @@ test-migration:
 # as a Xen 4.17 host (run.sh --xen), blkfront in a domU, tapback and
 # tapdisk in dom0; then a VM's life (reboots with a reset-on-boot disk, a
 # snapshot and a delta backup while it writes, a revert while halted, a
-# forced halt mid-write, VBDs hot-plugged into it, one read-only).
+# forced halt mid-write, VBDs hot-plugged into it, one read-only; a VM
+# suspended, resumed and moved live to another SR while fio verifies).
 # Not part of make check.
 test-xen:
 	bash $(GUEST) --xen --zfs $(ZFS) --timeout 1800 -- \
