@@ -207,7 +207,7 @@ test-migration:
 # suspended, resumed and moved live to another SR while fio verifies).
 # Not part of make check.
 test-xen:
-	bash $(GUEST) --xen --zfs $(ZFS) --timeout 1800 -- \
+	bash $(GUEST) --xen --zfs $(ZFS) --timeout 2700 -- \
 	    sh -c 'make -s guest-install && PYTHONDONTWRITEBYTECODE=1 \
 	    ZFSNG_ROOT=/tmp/zfsng-root python3 -m pytest -p no:cacheprovider \
 	    -v -s tests/xen'
