@@ -808,8 +808,8 @@ def merge_migrate(out, directories, runs):
         d = run["migrate"]
         for name in MIGRATE_PARTS:
             if d.get(name):
-                section[name] = d[name]
-                origin[name] = {
+                section[name] = d[name]     # a merged run keeps its origins
+                origin[name] = d.get("parts_from", {}).get(name) or {
                     "run": os.path.basename(os.path.abspath(directory)),
                     "date": run["conditions"]["date"],
                     "cpus": run["conditions"].get("cpus"),

@@ -314,7 +314,11 @@ def test_the_mirrored_writes_table_says_the_guards_syncs(tmp_path):
                               "slowest_s": 0.9},
                  "mirrored_bytes": 12 * MIB, "settles": 3,
                  "settle_seconds": 1.5, "window": 4 * MIB}
-    old = _migrate_run(tmp_path / "old", "d1", by_size=[{"size": 1}])
+    earlier = {"run": "older", "date": "d0", "cpus": 1,
+               "zfs_version": "zfs-2.3.2"}
+    old = _migrate_run(tmp_path / "old", "d1", by_size=[{"size": 1}],
+                       halted=[{"size": 2}],
+                       parts_from={"halted": earlier})
     new = _migrate_run(tmp_path / "new", "d2", mirroring=mirroring,
                        parts=["mirroring"])
     report.merge(str(tmp_path), [old, new])
@@ -322,6 +326,8 @@ def test_the_mirrored_writes_table_says_the_guards_syncs(tmp_path):
         section = json.load(f)["migrate"]
     assert section["mirroring"] == mirroring
     assert section["parts_from"]["mirroring"]["date"] == "d2"
+    assert section["parts_from"]["by_size"]["date"] == "d1"
+    assert section["parts_from"]["halted"] == earlier   # merged before
     text = "".join(report._while_mirrored(section["mirroring"]))
     assert "| mirrored | 0.50 | 0.25x | 12.0 | 3 | 0.50 | 0.90 |" in text
     assert "window of 4.0 MiB" in text
