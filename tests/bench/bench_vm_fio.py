@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -101,12 +102,11 @@ def default_variant(zfs_version):
     """zfs-ng's default volblocksize on this one-disk pool under this
     OpenZFS ("zfs-2.3.2-1"), as the plugin chooses it
     (devconfig.default_volblocksize): "8k" or "16k"."""
-    import re as re_
     volume = os.path.join(HERE, "..", "..", "volume")
     if volume not in sys.path:
         sys.path.insert(0, volume)
     from zfsng_volume import devconfig
-    m = re_.search(r"(\d+)\.(\d+)", zfs_version or "")
+    m = re.search(r"(\d+)\.(\d+)", zfs_version or "")
     version = (int(m.group(1)), int(m.group(2))) if m else None
     return "%dk" % (devconfig.default_volblocksize(0, version) // 1024)
 

@@ -77,7 +77,8 @@ def main():
                              "list_methods,"
                              "bytes_read,after_revert,by_size; by_size,"
                              "halted,"
-                             "snapshots,plain_copy,full); vm-fio: only "
+                             "snapshots,plain_copy,full,mirroring); "
+                             "vm-fio: only "
                              "these workloads (bench_vm_fio.WORKLOADS)")
     parser.add_argument("--backends", default=None,
                         help="disk-bound and ceilings: only these launch "
