@@ -222,16 +222,18 @@ class Forwarder(object):
         mirror failed) if that cannot be done."""
         if self.budget is None or not self.budget.add(offset, length):
             return True
-        started = time.monotonic()
+        started, failed = time.monotonic(), None
         try:
             self.settle()
         except StorageError as exc:
+            failed = exc
+        self.settles += 1          # counted before a failure ends the mirror
+        self.settle_seconds += time.monotonic() - started
+        if failed is not None:
             self.stop("the pool could not be written out to keep the "
-                      "disk's writes inside their guard: %s" % exc.message)
+                      "disk's writes inside their guard: %s"
+                      % failed.message)
             return False
-        finally:
-            self.settles += 1
-            self.settle_seconds += time.monotonic() - started
         self.budget.reset()
         return True
 
