@@ -388,7 +388,8 @@ bench: $(VENV)/.bench-tools
 #     [BENCH_ARGS="--quick" | "--parts layouts" | "--parts latency" |
 #      "--parts slog --runs 2" | "--parts redundant --runs 2" |
 #      "--parts launch_runs --backends tap-zvol,tap-vhd-file,tap-zvol-tput"]:
-#     two boots (see tests/bench/diskrig.py). The first measures the
+#     launch_runs and latency unless --parts names others; two boots (see
+#     tests/bench/diskrig.py). The first measures the
 # ceilings on unthrottled RAM-backed disks (in /dev/shm); the second runs on
 # disks throttled to the limits the first chose, backed by files in the
 # host's page cache.

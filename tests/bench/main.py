@@ -73,7 +73,8 @@ def main():
     parser.add_argument("--parts", default=None,
                         help="disk-bound, cbt or migrate: only these "
                              "parts (comma lists: launch_runs,scaling,"
-                             "layouts,cbt_list,latency,redundant,slog; "
+                             "layouts,cbt_list,latency,redundant,slog, "
+                             "launch_runs,latency if none is named; "
                              "list_methods,"
                              "bytes_read,after_revert,by_size; by_size,"
                              "halted,"

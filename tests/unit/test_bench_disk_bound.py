@@ -505,3 +505,25 @@ def test_arc_limits_are_the_rig_s_unless_the_experiment_sets_a_cap():
 def test_arc_limits_refuse_a_cap_below_the_rig_s_or_not_whole_mib(value):
     with pytest.raises(ValueError, match="ZFSNG_BENCH_ARC_MAX_MIB"):
         diskrig.arc_limits({"ZFSNG_BENCH_ARC_MAX_MIB": value})
+
+
+@pytest.mark.parametrize("asked,ran", [
+    (None, ["launch_runs", "latency"]),
+    (["slog", "scaling"], ["scaling", "slog"]),
+])
+def test_only_launch_and_latency_run_unless_parts_are_named(
+        monkeypatch, asked, ran):
+    """make bench-disk-bound must fit its two hours: the parts that answered
+    one question each (scaling, layouts, ...) run only when named."""
+    called = []
+    monkeypatch.setattr(diskrig, "limits", lambda *a: (100, 100 * MIB))
+    monkeypatch.setattr(diskrig, "tune", lambda bps: {})
+    monkeypatch.setattr(bench_disk_bound, "PARTS", [
+        (name, lambda ctx, plan_, name=name: called.append(name) or [])
+        for name, _ in bench_disk_bound.PARTS])
+
+    class Ctx(object):
+        quick, runs, parts = True, 1, asked
+    got = bench_disk_bound.run(Ctx())
+    assert called == ran
+    assert got["failed_parts"] == []
