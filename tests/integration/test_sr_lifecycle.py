@@ -149,6 +149,48 @@ def test_mirror_health_follows_pool(plugin, disks, new_uuid):
     assert_blank(disks[:2])
 
 
+ARC_MIN = "/sys/module/zfs/parameters/zfs_arc_min"
+
+
+def arc_floor():
+    with open("/proc/spl/kstat/zfs/arcstats") as f:
+        rows = dict(line.split()[::2] for line in f.read().splitlines()[2:])
+    return int(rows["c_min"])
+
+
+def set_arc_min(value):
+    with open(ARC_MIN, "w") as f:
+        f.write("%d\n" % value)
+
+
+def test_8k_blocks_on_2_1_wait_for_an_arc_floor_of_256m(plugin, disks,
+                                                         new_uuid):
+    """OpenZFS 2.1 can stop small-block zvols' reads for good once the ARC
+    shrinks to its floor: SR.create refuses 8K there, making nothing,
+    until zfs_arc_min lifts the floor to 256 MiB; 2.3 takes it."""
+    config = {"device": disks[0], "volblocksize": "8K"}
+    if default_volblocksize() == 8192:       # OpenZFS 2.2 or later
+        stored = create_sr(plugin, new_uuid(), config)
+        return full_cycle(plugin, stored["sr_uuid"], stored, disks[:1],
+                          block=8192)
+    floor = arc_floor()
+    assert floor < 256 << 20, "the guest's ARC floor is %d" % floor
+    with pytest.raises(PluginError) as info:
+        create_sr(plugin, new_uuid(), config)
+    assert info.value.name == "InvalidConfiguration", info.value.params
+    assert "zfs_arc_min" in info.value.params[1]
+    assert_blank(disks[:1])
+    set_arc_min(256 << 20)
+    try:
+        assert arc_floor() == 256 << 20
+        stored = create_sr(plugin, new_uuid(), config)
+    finally:
+        set_arc_min(floor)       # 0 would leave the floor where it is
+        set_arc_min(0)
+    assert arc_floor() == floor
+    full_cycle(plugin, stored["sr_uuid"], stored, disks[:1], block=8192)
+
+
 def test_raidz1_cycle(plugin, disks, new_uuid):
     uuid = new_uuid()
     stored = create_sr(plugin, uuid,

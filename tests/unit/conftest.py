@@ -26,7 +26,7 @@ if not [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if p and os.path.isdir(os.path.join(p, "zfsng"))]:
     sys.path.insert(0, VOLUME_DIR)
 
-from zfsng import abandoned, attachstate, hostid, lock, runner, \
+from zfsng import abandoned, arc, attachstate, hostid, lock, runner, \
     wire  # noqa: E402
 from zfsng_volume import alert, cleanup, main, srmetrics  # noqa: E402
 
@@ -72,9 +72,20 @@ def isolated(run_dir, monkeypatch, tmp_path, writers):
         f.write(struct.pack("=I", 0x5eed1d05))
     monkeypatch.setattr(hostid, "HOSTID_FILE", hostid_file)
     monkeypatch.setattr(hostid, "SPL_PARAM", os.path.join(run_dir, "no-spl"))
+    # No ARC floor unless a test writes one (arcstats_floor)
+    monkeypatch.setattr(arc, "ARCSTATS", str(tmp_path / "arcstats"))
     old = runner.set_runner(_refuse)
     yield
     runner.set_runner(old)
+
+
+def arcstats_floor(mib):
+    """Give the module's arcstats a floor (c_min) of mib MiB, as the
+    kernel prints it among other rows."""
+    with open(arc.ARCSTATS, "w") as f:
+        f.write("13 1 0x01 147 39984 1 2\nname type data\n"
+                "c 4 %d\nc_min 4 %d\nc_max 4 %d\n"
+                % (mib << 21, mib << 20, mib << 22))
 
 
 def assert_argv_lists(calls, programs):

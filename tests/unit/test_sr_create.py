@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from zfsng import errors, meta
+from zfsng import errors, meta, testhooks
 
 import fakezfs
-from conftest import SR_UUID, SR_UUID2, call, create_sr, create_volume
+from conftest import SR_UUID, SR_UUID2, arcstats_floor, call, create_sr, \
+    create_volume
 
 GiB = fakezfs.GiB
 FALLBACK = "zfsng-" + SR_UUID[:8]
@@ -118,9 +119,46 @@ def test_openzfs_2_1_gets_16k_on_every_layout(fake, version):
 
 
 def test_a_volblocksize_given_wins_over_the_layouts(fake):
+    fake.version_text = OPENZFS_23
     create({"vdev": "raidz1 /dev/sdb /dev/sdc /dev/sdd",
             "volblocksize": "8K"})
     assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == "8192"
+
+
+@pytest.mark.parametrize("block", ["4K", "8K"])
+@pytest.mark.parametrize("floor_mib", [None, 64, 128, 255])
+@pytest.mark.parametrize("key,value", [("vdev", "mirror /dev/sdb /dev/sdc"),
+                                       ("zpool", "data")])
+def test_small_blocks_on_2_1_need_an_arc_floor_of_256m(fake, block,
+                                                       floor_mib, key, value):
+    """OpenZFS 2.1 froze small-block zvols' reads for good under an ARC
+    at 64 MiB: refused, nothing made, and the error says the way out."""
+    fake.admin("zpool create -m none data /dev/sde")
+    if floor_mib:
+        arcstats_floor(floor_mib)
+    message = refused(fake, errors.InvalidConfiguration,
+                      {key: value, "volblocksize": block})
+    assert "OpenZFS 2.1" in message and "zfs_arc_min=268435456" in message
+    assert ("%d MiB here" % floor_mib if floor_mib else "unknown here") \
+        in message
+    assert fake.imported() == ["data"]
+    assert not fake.exists("data/zfsng-" + SR_UUID)
+
+
+@pytest.mark.parametrize("version,floor_mib,block", [
+    ("zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n", 256, "8K"),
+    ("zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n", 1024, "4K"),
+    ("zfs-2.1.15-1\nzfs-kmod-2.1.15-1\n", 64, "16K"),
+    ("zfs-2.1.15-1\nzfs-kmod-2.2.0-1\n", 64, "8K"),
+    (OPENZFS_23, None, "4K")])
+def test_small_blocks_are_taken_where_reads_cannot_freeze(
+        fake, version, floor_mib, block):
+    fake.version_text = version
+    if floor_mib:
+        arcstats_floor(floor_mib)
+    create({"device": "/dev/sdb", "volblocksize": block})
+    assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == str(
+        int(block[:-1]) * 1024)
 
 
 @pytest.mark.parametrize("layout,block", [
@@ -580,3 +618,22 @@ def test_the_mark_holds_the_config_as_given(fake):
     create({"device": "/dev/sdb", "compression": "zstd"})
     assert json.loads(fake.local_props("tank")[meta.SR_UNCLAIMED]) == \
         {"device": "/dev/sdb", "compression": "zstd"}
+
+
+@pytest.mark.parametrize("hooks,taken", [(True, True), (False, False)])
+def test_only_a_test_install_lets_a_benchmark_past_the_arc_floor(
+        fake, monkeypatch, tmp_path, hooks, taken):
+    """The benchmarks measure 8K on 2.1 under a small ARC on purpose; a
+    stray variable on a real host changes nothing (testhooks)."""
+    marker = tmp_path / "TEST_HOOKS"
+    if hooks:
+        marker.write_text("")
+    monkeypatch.setattr(testhooks, "MARKER", str(marker))
+    monkeypatch.setenv("ZFSNG_SMALL_BLOCKS_ANY_ARC", "1")
+    arcstats_floor(64)
+    config = {"device": "/dev/sdb", "volblocksize": "8K"}
+    if taken:
+        create(config)
+        assert fake.local_props("tank")[meta.SR_VOLBLOCKSIZE] == "8192"
+    else:
+        refused(fake, errors.InvalidConfiguration, config)

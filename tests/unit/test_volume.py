@@ -155,6 +155,7 @@ def test_create_with_too_much_metadata(fake, sr):
 
 
 def test_create_on_an_adopted_sr(fake):
+    fake.version_text = "zfs-2.3.2-1\nzfs-kmod-2.3.2-1\n"
     fake.admin("zpool create -m none data /dev/sdc")
     stored = call("SR.create", uuid=SR_UUID, configuration={
         "zpool": "data", "volblocksize": "8K"}, name="a", description="")

@@ -23,6 +23,9 @@ The hooks:
   ZFSNG_LOCK_WAIT     seconds: a lower bound for lock waits (lock.WAIT)
   ZFSNG_KILL_GRACE    seconds: a lower wait for a killed command to go
                       (runner.KILL_GRACE)
+  ZFSNG_SMALL_BLOCKS_ANY_ARC  any value: SR.create takes blocks under 16K
+                      on OpenZFS 2.1 whatever the ARC's floor (the
+                      benchmarks that measure what the refusal avoids)
 """
 
 import os

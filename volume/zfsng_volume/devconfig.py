@@ -28,7 +28,9 @@ KEYS = {
     "compression": "off, lz4 (default), zstd, zstd-1..19, gzip, gzip-1..9",
     "volblocksize": "Block size of every VDI zvol, 4K..128K (default "
                     "8K on one disk, stripes and mirrors with OpenZFS "
-                    "2.2 or later; 16K on raidz, dRAID and OpenZFS 2.1)",
+                    "2.2 or later; 16K on raidz, dRAID and OpenZFS 2.1). "
+                    "Under 16K on OpenZFS 2.1 only with an ARC floor "
+                    "(zfs_arc_min) of 256M or more",
     "ashift": "Pool sector size exponent, 9..16 (default: detected by ZFS)",
     "provisioning": "thin (default) or thick (VDIs fully reserved)",
     "sync": "always (default: a guest's flushed writes survive a power "
@@ -68,6 +70,11 @@ CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
 VOLBLOCKSIZE_SMALL = 8 * 1024
 VOLBLOCKSIZE_SAFE = 16 * 1024
 SMALL_BLOCKS_SINCE = (2, 2)
+# An admin may still ask for blocks under 16K before 2.2, where the ARC
+# cannot fall into that freeze: two 8K zvols froze for good with its
+# target at 64 MiB, for a minute at 128 MiB, never at 256 MiB
+# (ARCHITECTURE.md, "Why these defaults").
+SMALL_BLOCKS_ARC_FLOOR = 256 * 1024 * 1024
 PARITY_WORDS = ("raidz", "raidz1", "raidz2", "raidz3")
 
 
@@ -78,6 +85,26 @@ def default_volblocksize(parity, zfs_version):
     if parity or not zfs_version or zfs_version < SMALL_BLOCKS_SINCE:
         return VOLBLOCKSIZE_SAFE
     return VOLBLOCKSIZE_SMALL
+
+
+def check_small_blocks(size, zfs_version, arc_floor):
+    """Refuse a volblocksize under 16K where OpenZFS before 2.2 runs with
+    an ARC that may shrink below SMALL_BLOCKS_ARC_FLOOR (arc_floor: bytes,
+    None if unknown; zfs_version: (major, minor), None if unknown)."""
+    if size >= VOLBLOCKSIZE_SAFE or \
+            (zfs_version and zfs_version >= SMALL_BLOCKS_SINCE) or \
+            (arc_floor or 0) >= SMALL_BLOCKS_ARC_FLOOR:
+        return
+    release = "%d.%d" % zfs_version if zfs_version else "an unknown release"
+    floor = "%d MiB" % (arc_floor >> 20) if arc_floor else "unknown"
+    raise InvalidConfiguration(
+        "device-config:volblocksize=%dK: this host runs OpenZFS %s, which "
+        "can stop a zvol's reads for good with blocks under 16K once the "
+        "ARC shrinks to its floor (%s here). Use 16K or more, or OpenZFS "
+        "2.2 or later, or raise the floor to 256 MiB or more "
+        "('options zfs zfs_arc_min=%d' in /etc/modprobe.d/zfs.conf, then "
+        "reboot) and retry" % (size >> 10, release, floor,
+                               SMALL_BLOCKS_ARC_FLOOR))
 
 
 class SrConfig(object):

@@ -23,8 +23,9 @@ health (``health``), SR.probe (``probe``).
 
 import json
 
-from zfsng import collect, errors, hostid, inventory, lock, log, meta, \
-    namelimits, names, ownership, pools, values, wire, zfs, zvoldev
+from zfsng import arc, collect, errors, hostid, inventory, lock, log, \
+    meta, namelimits, names, ownership, pools, testhooks, values, wire, \
+    zfs, zvoldev
 from zfsng_volume import alert, cleanup, devconfig, devices, health, \
     poolimport, srmetrics, volume
 
@@ -75,12 +76,16 @@ def _choose_volblocksize(cfg):
     """Give cfg the default volblocksize of its pool's layout and the
     loaded OpenZFS unless device-config set one: the pool it creates, or
     the adopted one as ``zpool list -v`` shows it. Stored on the SR, so an
-    SR keeps its block size whatever later defaults say."""
+    SR keeps its block size whatever later defaults say. One device-config
+    set is refused where it can freeze reads (check_small_blocks), unless
+    a benchmark measuring that asks (test hook)."""
+    version = zfs.kernel_version()
     if cfg.volblocksize is None:
         parity = cfg.creates_parity() if cfg.source == "pool" else \
             pools.has_parity(meta.pool_of(cfg.parent))
-        cfg.volblocksize = devconfig.default_volblocksize(
-            parity, zfs.kernel_version())
+        cfg.volblocksize = devconfig.default_volblocksize(parity, version)
+    elif not testhooks.get("ZFSNG_SMALL_BLOCKS_ANY_ARC"):
+        devconfig.check_small_blocks(cfg.volblocksize, version, arc.floor())
 
 
 def _choose_pool_name(uuid, cfg, name):
