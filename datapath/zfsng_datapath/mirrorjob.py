@@ -212,6 +212,9 @@ def mirror_writes(job, copy, base, listener, held, budget=None):
     job.update(mirrored=forwarder.forwarded, settles=forwarder.settles,
                settle_seconds=round(forwarder.settle_seconds, 3),
                window=budget.window if budget else None)
+    log.info("mirror %s: %d bytes mirrored; the space guard's window "
+             "took %d pool syncs, %.1f s", job.key, forwarder.forwarded,
+             forwarder.settles, forwarder.settle_seconds)
 
 
 def _leave_mirror_mode(job):

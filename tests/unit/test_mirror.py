@@ -1006,3 +1006,32 @@ def test_the_jobs_records_from_two_threads_never_interleave(monkeypatch):
     for thread in threads:
         thread.join(10)
     assert not overlaps
+
+
+def test_the_mirror_s_end_logs_what_the_guard_s_syncs_cost(monkeypatch,
+                                                           capsys):
+    """The guard's pool syncs are what a busy guest pays while mirrored:
+    the job record keeps them, and SMlog says them for the admin."""
+    class Forwarder(object):
+        forwarded, settles, settle_seconds = 3 << 20, 2, 1.25
+
+        def wait(self):
+            pass
+
+    class Copy(object):
+        client = Upstream(0)
+
+        def switch(self, held, listener, budget):
+            return "s1", Forwarder()
+
+        def catch_up(self, base, last, forwarder):
+            pass
+    job = mirrorjob.Job.__new__(mirrorjob.Job)
+    job.key, job.doc = "k", {}
+    monkeypatch.setattr(mirror, "save", lambda doc: None)
+    monkeypatch.setattr(mirrorjob, "_watch", lambda job, forwarder: None)
+    mirrorjob.mirror_writes(job, Copy(), "s0", None, None)
+    assert (job["mirrored"], job["settles"], job["settle_seconds"]) == (
+        3 << 20, 2, 1.25)
+    assert "mirror k: 3145728 bytes mirrored; the space guard's window " \
+        "took 2 pool syncs, 1.2 s" in capsys.readouterr().err
