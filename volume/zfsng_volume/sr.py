@@ -79,13 +79,15 @@ def _choose_volblocksize(cfg):
     SR keeps its block size whatever later defaults say. One device-config
     set is refused where it can freeze reads (check_small_blocks), unless
     a benchmark measuring that asks (test hook)."""
-    version = zfs.kernel_version()
     if cfg.volblocksize is None:
         parity = cfg.creates_parity() if cfg.source == "pool" else \
             pools.has_parity(meta.pool_of(cfg.parent))
-        cfg.volblocksize = devconfig.default_volblocksize(parity, version)
-    elif not testhooks.get("ZFSNG_SMALL_BLOCKS_ANY_ARC"):
-        devconfig.check_small_blocks(cfg.volblocksize, version, arc.floor())
+        cfg.volblocksize = devconfig.default_volblocksize(
+            parity, zfs.kernel_version())
+    elif cfg.volblocksize < devconfig.VOLBLOCKSIZE_SAFE and \
+            not testhooks.get("ZFSNG_SMALL_BLOCKS_ANY_ARC"):
+        devconfig.check_small_blocks(cfg.volblocksize, zfs.kernel_version(),
+                                     arc.floor())
 
 
 def _choose_pool_name(uuid, cfg, name):
