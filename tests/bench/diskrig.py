@@ -135,7 +135,9 @@ def limits(ctx, section, target):
 def arc_limits(environ=None):
     """The ARC's floor and cap for a run: ARC_MIN and ARC_MAX, or the cap
     in MiB from ZFSNG_BENCH_ARC_MAX_MIB (at least ARC_MAX) over the same
-    floor, so the cap is the one thing changed. For experiments only
+    floor, so the cap is the one thing changed, or None for "module": the
+    module's own limits, untouched (a dom0's; the ARC then shrinks only
+    under memory pressure). For experiments only
     (archive/2.1-small-block-stall varies the cap under one workload);
     plan() keeps sizing the devices
     by ARC_MAX, so the workload stays what it is at the rig's cap."""
@@ -143,6 +145,8 @@ def arc_limits(environ=None):
     text = env.get("ZFSNG_BENCH_ARC_MAX_MIB", "")
     if not text:
         return ARC_MIN, ARC_MAX
+    if text == "module":
+        return None
     if not text.isdigit() or int(text) * MIB < ARC_MAX:
         raise ValueError("ZFSNG_BENCH_ARC_MAX_MIB: a whole number of MiB, "
                          "at least %d, not %r" % (ARC_MAX // MIB, text))
@@ -154,9 +158,10 @@ def tune(bps=None):
     the values as the kernel reads them back."""
     params = "/sys/module/zfs/parameters/"
     dirty = dirty_cap(bps)
-    arc_min, arc_max = arc_limits()
-    _write(params + "zfs_arc_min", arc_min)
-    _write(params + "zfs_arc_max", arc_max)
+    limits = arc_limits()
+    if limits:
+        _write(params + "zfs_arc_min", limits[0])
+        _write(params + "zfs_arc_max", limits[1])
     _write(params + "zfs_dirty_data_max", dirty)
     _write("/proc/sys/vm/dirty_bytes", dirty)
     _write("/proc/sys/vm/dirty_background_bytes", dirty // 2)

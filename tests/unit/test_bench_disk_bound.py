@@ -499,6 +499,25 @@ def test_arc_limits_are_the_rig_s_unless_the_experiment_sets_a_cap():
     assert diskrig.arc_limits({}) == (diskrig.ARC_MIN, diskrig.ARC_MAX)
     assert diskrig.arc_limits({"ZFSNG_BENCH_ARC_MAX_MIB": "256"}) == (
         diskrig.ARC_MIN, 256 * MIB)
+    assert diskrig.arc_limits({"ZFSNG_BENCH_ARC_MAX_MIB": "module"}) is None
+
+
+@pytest.mark.parametrize("env,written", [
+    ("", {"zfs_arc_min": diskrig.ARC_MIN, "zfs_arc_max": diskrig.ARC_MAX}),
+    ("module", {})])
+def test_tune_leaves_the_module_s_arc_limits_when_the_experiment_asks(
+        monkeypatch, env, written):
+    """A memory-pressure experiment runs under the module's own ARC limits
+    (ZFSNG_BENCH_ARC_MAX_MIB=module): tune() must not write them."""
+    writes = {}
+    monkeypatch.setenv("ZFSNG_BENCH_ARC_MAX_MIB", env)
+    monkeypatch.setattr(diskrig, "_write",
+                        lambda p, v: writes.__setitem__(p, v))
+    monkeypatch.setattr(diskrig, "_read", lambda p: "1")
+    diskrig.tune(1 << 20)
+    arc = dict((os.path.basename(p), v) for p, v in writes.items()
+               if "/zfs_arc_" in p)
+    assert arc == written
 
 
 @pytest.mark.parametrize("value", ["32", "1e3", "-128", "128M", " 128"])

@@ -2,7 +2,10 @@
 # The 2.1 small-block stall probe, one backend and one ARC cap a boot. Run
 # inside the guest from the worktree, with run.sh --cut-on cut:
 #   probe.sh BACKEND CAP_MIB LIMIT_S [THROTTLE]
-# e.g. probe.sh tap-zvol-8k 64 1500. THROTTLE: run.sh's --throttle, 2.1's
+# e.g. probe.sh tap-zvol-8k 64 1500. CAP_MIB "module": the module's own
+# ARC limits, with hog.py pressing memory so the ARC's target falls to
+# its floor (a dom0 short of memory; boot with run.sh --mem 2048 for a
+# 64 MiB floor). THROTTLE: run.sh's --throttle, 2.1's
 # 162:925668 unless given (2.3's: 137:782818). Every 20 s it appends the ARC's size,
 # target, metadata and eviction skips and the pool disks' read/write
 # counters to /results/trace.txt. A stall is the first hung-task report
@@ -30,15 +33,18 @@ disks() {  # reads and writes completed on the pool disks
     awk -v n=" $names" 'index(n, " " $3 " ") {r += $4; w += $8}
         END {print r, w}' /proc/diskstats
 }
+avail() { awk '$1 == "MemAvailable:" {print int($2 / 1024)}' /proc/meminfo; }
+echo 0 > /tmp/hog-mib
 echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
-    > /results/trace.txt
+    "avail_MiB hog_MiB" > /results/trace.txt
 (
     seen=
     while :; do
         t=$(( $(up) - t0 ))
         echo "$t $(( $(arc size) >> 20 )) $(( $(arc c) >> 20 ))" \
             "$(( $(arc arc_meta_used) >> 20 ))" \
-            "$(( $(arc arc_meta_limit) >> 20 )) $(arc evict_skip) $(disks)"
+            "$(( $(arc arc_meta_limit) >> 20 )) $(arc evict_skip) $(disks)" \
+            "$(avail) $(cat /tmp/hog-mib)"
         if [ -z "$seen" ] && dmesg | grep -q "blocked for more than"; then
             seen=$t
         fi
@@ -59,12 +65,17 @@ echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
     touch /results/cut
 ) > /dev/null 2>&1 &
 monitor=$!
+hog=
+if [ "$cap" = module ]; then
+    python3 tests/bench/archive/2.1-small-block-stall/hog.py /tmp/hog-mib &
+    hog=$!
+fi
 ZFSNG_BENCH_ARC_MAX_MIB=$cap python3 tests/bench/main.py \
     --root /tmp/zfsng-root --device /dev/disk/by-id/virtio-zfsng-d1 \
     --out /results --sections disk-bound --throttle "$throttle" \
     --parts launch_runs --backends "$backend" --runs 1
 rc=$?
-kill $monitor  # or the guest waits for it (it holds the console)
+kill $monitor $hog  # or the guest waits for them (they hold the console)
 echo "finished: main.py exited $rc at $(( $(up) - t0 ))s, no stall" \
     > /results/verdict.txt
 snap end
