@@ -11,6 +11,7 @@ one test to the next, emptied and checked after each, and goes at the
 module's end or as soon as a test leaves it other than it was made.
 """
 
+import contextlib
 import glob
 import hashlib
 import io
@@ -444,6 +445,86 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+# The guest has no xapi: the ``xe`` fixture puts a fake xe where
+# alert.send looks for it, which records its arguments and then hangs, so
+# the tests also show that the call never waits for it (not even for its
+# stdout, as xapi-storage-script reads it).
+XE = "/opt/xensource/bin/xe"
+
+FAKE_XE = """#!/bin/sh
+(IFS='\t'; printf '%%s\\n' "$*") >> %(log)s
+echo $$ >> %(log)s.pids
+echo "junk on stdout"; echo "junk on stderr" >&2
+exec sleep 300
+"""
+
+
+@pytest.fixture
+def xe(tmp_path):
+    """A recording, hanging fake xe; returns messages(count)."""
+    if os.path.exists(XE):
+        pytest.skip("a real %s exists: not replacing it" % XE)
+    log = str(tmp_path / "xe.log")
+    os.makedirs(os.path.dirname(XE), exist_ok=True)
+    with open(XE, "w") as f:
+        f.write(FAKE_XE % {"log": log})
+    os.chmod(XE, 0o755)
+
+    def messages(count, wait=30.0):
+        deadline = time.monotonic() + wait
+        lines = []
+        while time.monotonic() < deadline:
+            lines = open(log).read().splitlines() \
+                if os.path.exists(log) else []
+            if len(lines) >= count:
+                break
+            time.sleep(0.2)
+        return [dict(a.split("=", 1) for a in line.split("\t")[1:])
+                for line in lines]
+
+    messages.pids = lambda: [int(p) for p in open(log + ".pids").read()
+                             .split()] if os.path.exists(log + ".pids") \
+        else []
+    yield messages
+    os.remove(XE)
+    for pid in messages.pids():
+        subprocess.call(["kill", str(pid)], stderr=subprocess.DEVNULL)
+
+
+ARC_MIN = "/sys/module/zfs/parameters/zfs_arc_min"
+
+
+def arc_floor():
+    """The ARC's floor now (c_min in arcstats), in bytes."""
+    with open("/proc/spl/kstat/zfs/arcstats") as f:
+        rows = dict(line.split()[::2] for line in f.read().splitlines()[2:])
+    return int(rows["c_min"])
+
+
+def set_arc_min(value):
+    with open(ARC_MIN, "w") as f:
+        f.write("%d\n" % value)
+
+
+@contextlib.contextmanager
+def arc_floor_at_least(value):
+    """The ARC's floor raised to value for the block, then put back
+    (2.1 needs the old value written: 0 would leave the floor where it
+    is, and 0 after it leaves the parameter as the module had it)."""
+    floor = arc_floor()
+    if floor >= value:
+        yield
+        return
+    set_arc_min(value)
+    try:
+        assert arc_floor() == value
+        yield
+    finally:
+        set_arc_min(floor)
+        set_arc_min(0)
+    assert arc_floor() == floor
 
 
 # Every attached SR has a statistics writer (zfsng_volume.srmetrics): at

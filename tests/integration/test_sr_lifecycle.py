@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from conftest import (PluginError, all_disks, default_volblocksize,
-                      disk_state, leaves, pools_on, played, sh,
-                      traced_points, wipe)
+from conftest import (PluginError, all_disks, arc_floor, arc_floor_at_least,
+                      default_volblocksize, disk_state, leaves, pools_on,
+                      played, sh, traced_points, wipe)
 
 GiB = 1 << 30
 
@@ -149,20 +149,6 @@ def test_mirror_health_follows_pool(plugin, disks, new_uuid):
     assert_blank(disks[:2])
 
 
-ARC_MIN = "/sys/module/zfs/parameters/zfs_arc_min"
-
-
-def arc_floor():
-    with open("/proc/spl/kstat/zfs/arcstats") as f:
-        rows = dict(line.split()[::2] for line in f.read().splitlines()[2:])
-    return int(rows["c_min"])
-
-
-def set_arc_min(value):
-    with open(ARC_MIN, "w") as f:
-        f.write("%d\n" % value)
-
-
 def test_8k_blocks_on_2_1_wait_for_an_arc_floor_of_256m(plugin, disks,
                                                          new_uuid):
     """OpenZFS 2.1 can stop small-block zvols' reads for good once the ARC
@@ -171,24 +157,56 @@ def test_8k_blocks_on_2_1_wait_for_an_arc_floor_of_256m(plugin, disks,
     config = {"device": disks[0], "volblocksize": "8K"}
     if default_volblocksize() == 8192:       # OpenZFS 2.2 or later
         stored = create_sr(plugin, new_uuid(), config)
-        return full_cycle(plugin, stored["sr_uuid"], stored, disks[:1],
-                          block=8192)
-    floor = arc_floor()
-    assert floor < 256 << 20, "the guest's ARC floor is %d" % floor
-    with pytest.raises(PluginError) as info:
-        create_sr(plugin, new_uuid(), config)
-    assert info.value.name == "InvalidConfiguration", info.value.params
-    assert "zfs_arc_min" in info.value.params[1]
-    assert_blank(disks[:1])
-    set_arc_min(256 << 20)
-    try:
-        assert arc_floor() == 256 << 20
-        stored = create_sr(plugin, new_uuid(), config)
-    finally:
-        set_arc_min(floor)       # 0 would leave the floor where it is
-        set_arc_min(0)
-    assert arc_floor() == floor
+    else:
+        floor = arc_floor()
+        assert floor < 256 << 20, "the guest's ARC floor is %d" % floor
+        with pytest.raises(PluginError) as info:
+            create_sr(plugin, new_uuid(), config)
+        assert info.value.name == "InvalidConfiguration", info.value.params
+        assert "zfs_arc_min" in info.value.params[1]
+        assert_blank(disks[:1])
+        with arc_floor_at_least(256 << 20):
+            stored = create_sr(plugin, new_uuid(), config)
     full_cycle(plugin, stored["sr_uuid"], stored, disks[:1], block=8192)
+
+
+def test_attach_on_2_1_warns_of_an_arc_floor_under_256m(plugin, disks,
+                                                        new_uuid, xe):
+    """OpenZFS 2.1 can stop zvols' reads for good once the ARC shrinks to
+    a floor under 256 MiB: every SR.attach says so in SMlog, and a XenAPI
+    message goes to the SR once per boot; nothing is refused. Raised to
+    256 MiB (or on 2.3) the floor is not mentioned."""
+    uuid = new_uuid()
+    stored = create_sr(plugin, uuid, {"device": disks[0],
+                                      "pool-name": "arcw"})
+    rc, out, err = plugin.raw("SR.attach", {"dbg": "arc",
+                                            "configuration": stored})
+    assert rc == 0, (out, err)
+    sr = json.loads(out)
+    if default_volblocksize() == 8192:       # OpenZFS 2.2 or later
+        assert "ARC's floor" not in err
+        assert xe(1, wait=3) == []
+    else:
+        floor = arc_floor()
+        assert floor < 256 << 20, "the guest's ARC floor is %d" % floor
+        assert "warning:" in err and \
+            "with the ARC's floor at %d MiB" % (floor >> 20) in err
+        [sent] = xe(1)
+        assert (sent["name"], sent["priority"], sent["sr-uuid"]) == \
+            ("ZFSNG_ARC_FLOOR_LOW", "3", uuid)
+        assert "zfs_arc_min=268435456" in sent["body"]
+        plugin("SR.detach", sr=sr)           # a PBD unplug and plug
+        rc, out, err = plugin.raw("SR.attach", {"dbg": "arc",
+                                                "configuration": stored})
+        assert rc == 0 and "ARC's floor at" in err        # SMlog again
+        assert len(xe(2, wait=3)) == 1                    # no new message
+        plugin("SR.detach", sr=sr)
+        with arc_floor_at_least(256 << 20):
+            rc, out, err = plugin.raw("SR.attach", {
+                "dbg": "arc", "configuration": stored})
+            assert rc == 0 and "ARC's floor" not in err
+    plugin("SR.destroy", sr=sr)
+    assert_blank(disks[:1])
 
 
 def test_raidz1_cycle(plugin, disks, new_uuid):

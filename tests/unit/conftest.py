@@ -15,6 +15,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 import pytest
 
@@ -116,6 +117,39 @@ def fake():
     yield host
     runner.set_runner(old)
     check_fake_host(host)
+
+
+RECORDING_XE = """#!/bin/sh
+# one line per message: the arguments, tab-separated
+(IFS='\t'; printf '%%s\\n' "$*") >> %(log)s
+echo "junk on stdout"; echo "junk on stderr" >&2
+"""
+
+
+@pytest.fixture
+def xe(tmp_path, monkeypatch):
+    """A recording fake xe, a fresh run dir; returns messages(count)."""
+    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "run"))
+    log = tmp_path / "xe.log"
+    script = tmp_path / "xe"
+    script.write_text(RECORDING_XE % {"log": log})
+    script.chmod(0o755)
+    monkeypatch.setattr(alert, "XE", str(script))
+
+    def messages(count, wait=10.0):
+        """The messages once count have arrived (xe runs in the
+        background), checking a moment longer that no other comes."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            lines = log.read_text().splitlines() if log.exists() else []
+            if len(lines) >= count:
+                break
+            time.sleep(0.02)
+        time.sleep(0.2)
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [dict(arg.split("=", 1) for arg in line.split("\t")[1:])
+                for line in lines]
+    return messages
 
 
 def handlers():

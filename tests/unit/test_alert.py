@@ -1,7 +1,7 @@
 """Telling the admin about pool health: SMlog, Plugin.diagnostics and a
 XenAPI message sent in the background, once per change, never waited for.
 
-The messages go to a fake ``xe`` (a shell script in the test's directory)
+The messages go to a fake ``xe`` (conftest's ``xe``: a shell script)
 started for real through ``runner.spawn_detached``, so these tests also
 show that the call neither waits for xe nor shares a pipe or a session
 with it.
@@ -16,13 +16,15 @@ import pytest
 from zfsng import errors, lock, runner
 from zfsng_volume import alert
 
-from conftest import SR_UUID, call, create_sr, create_volume
+from conftest import SR_UUID, arcstats_floor, call, create_sr, \
+    create_volume
 
-RECORDING_XE = """#!/bin/sh
-# one line per message: the arguments, tab-separated
-(IFS='\t'; printf '%%s\\n' "$*") >> %(log)s
-echo "junk on stdout"; echo "junk on stderr" >&2
-"""
+
+@pytest.fixture(autouse=True)
+def arc_floor_high_enough(fake):
+    """Only the pool's health is told here: arcfloor has nothing to say
+    of an ARC floor of 256 MiB (test_arcfloor)."""
+    arcstats_floor(256)
 
 HANGING_XE = """#!/bin/sh
 # written whole, then renamed: the test may read it at any moment
@@ -30,32 +32,6 @@ echo $$ > %(log)s.pid.tmp
 mv %(log)s.pid.tmp %(log)s.pid
 exec sleep 60
 """
-
-
-@pytest.fixture
-def xe(tmp_path, monkeypatch):
-    """A recording fake xe, a fresh run dir; returns messages(count)."""
-    monkeypatch.setattr(lock, "RUN_DIR", str(tmp_path / "run"))
-    log = tmp_path / "xe.log"
-    script = tmp_path / "xe"
-    script.write_text(RECORDING_XE % {"log": log})
-    script.chmod(0o755)
-    monkeypatch.setattr(alert, "XE", str(script))
-
-    def messages(count, wait=10.0):
-        """The messages once count have arrived (xe runs in the
-        background), checking a moment longer that no other comes."""
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            lines = log.read_text().splitlines() if log.exists() else []
-            if len(lines) >= count:
-                break
-            time.sleep(0.02)
-        time.sleep(0.2)
-        lines = log.read_text().splitlines() if log.exists() else []
-        return [dict(arg.split("=", 1) for arg in line.split("\t")[1:])
-                for line in lines]
-    return messages
 
 
 def stat(sr):

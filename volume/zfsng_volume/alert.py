@@ -53,7 +53,7 @@ def report(record, pool, state):
                     exc)
         return
     if changed and names.is_uuid(record.get("uuid")):
-        _send(record["uuid"], *message(pool, state, health))
+        send(record["uuid"], *message(pool, state, health))
 
 
 def last_record(sr):
@@ -120,8 +120,9 @@ def message(pool, state, health):
             % (pool, state))
 
 
-def _send(sr_uuid, name, priority, body):
-    """Start ``xe message-create`` in the background, or log why not."""
+def send(sr_uuid, name, priority, body):
+    """Start ``xe message-create`` in the background, or log why not.
+    Never raises, never waits (the module's docstring says why)."""
     what = "XenAPI message %s (priority %d) on SR %s" % (name, priority,
                                                          sr_uuid)
     if not os.access(XE, os.X_OK):

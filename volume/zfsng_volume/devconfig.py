@@ -7,7 +7,7 @@ for Plugin.Query (``xe sm-list`` shows it).
 
 import re
 
-from zfsng import namelimits, names
+from zfsng import arc, namelimits, names
 from zfsng.errors import InvalidConfiguration
 
 SOURCE_KEYS = ("device", "file-uri", "vdev", "zpool", "dataset")
@@ -65,16 +65,12 @@ CLASS_WORDS = ("log", "cache", "special", "dedup", "spare")
 # space on disks and mirrors; on raidz of 4K-sector disks an 8K block
 # carries a whole parity sector per data sector or two (34-60% more
 # space measured), 16K far less. OpenZFS 2.1 deadlocked with two 8K
-# zvols under an ARC at its floor (a dom0 under memory pressure), never
-# with 16K: 8K from 2.2 on, whose ARC eviction was rewritten.
+# zvols under an ARC at 64 MiB (a 2 GiB dom0's floor) in two runs of two,
+# with 16K once in a far longer run: 8K from 2.2 on, whose ARC eviction
+# was rewritten (and SR.attach warns of a low floor on 2.1: arcfloor).
 VOLBLOCKSIZE_SMALL = 8 * 1024
 VOLBLOCKSIZE_SAFE = 16 * 1024
-SMALL_BLOCKS_SINCE = (2, 2)
-# An admin may still ask for blocks under 16K before 2.2, where the ARC
-# cannot fall into that freeze: two 8K zvols froze for good with its
-# target at 64 MiB, for a minute at 128 MiB, never at 256 MiB
-# (ARCHITECTURE.md, "Why these defaults").
-SMALL_BLOCKS_ARC_FLOOR = 256 * 1024 * 1024
+SMALL_BLOCKS_SINCE = arc.SAFE_SINCE
 PARITY_WORDS = ("raidz", "raidz1", "raidz2", "raidz3")
 
 
@@ -89,11 +85,11 @@ def default_volblocksize(parity, zfs_version):
 
 def check_small_blocks(size, zfs_version, arc_floor):
     """Refuse a volblocksize under 16K where OpenZFS before 2.2 runs with
-    an ARC that may shrink below SMALL_BLOCKS_ARC_FLOOR (arc_floor: bytes,
-    None if unknown; zfs_version: (major, minor), None if unknown)."""
+    an ARC that may shrink below arc.FLOOR_NEEDED (arc_floor: bytes,
+    None if unknown; zfs_version: (major, minor), None if unknown). An
+    admin may still ask for them where the ARC cannot fall that low."""
     if size >= VOLBLOCKSIZE_SAFE or \
-            (zfs_version and zfs_version >= SMALL_BLOCKS_SINCE) or \
-            (arc_floor or 0) >= SMALL_BLOCKS_ARC_FLOOR:
+            not arc.floor_too_low(zfs_version, arc_floor):
         return
     release = "%d.%d" % zfs_version if zfs_version else "an unknown release"
     floor = "%d MiB" % (arc_floor >> 20) if arc_floor else "unknown"
@@ -104,7 +100,7 @@ def check_small_blocks(size, zfs_version, arc_floor):
         "2.2 or later, or raise the floor to 256 MiB or more "
         "('options zfs zfs_arc_min=%d' in /etc/modprobe.d/zfs.conf, then "
         "reboot) and retry" % (size >> 10, release, floor,
-                               SMALL_BLOCKS_ARC_FLOOR))
+                               arc.FLOOR_NEEDED))
 
 
 class SrConfig(object):

@@ -26,8 +26,8 @@ import json
 from zfsng import arc, collect, errors, hostid, inventory, lock, log, \
     meta, namelimits, names, ownership, pools, testhooks, values, wire, \
     zfs, zvoldev
-from zfsng_volume import alert, cleanup, devconfig, devices, health, \
-    poolimport, srmetrics, volume
+from zfsng_volume import alert, arcfloor, cleanup, devconfig, devices, \
+    health, poolimport, srmetrics, volume
 
 LINK_TIMEOUT = 30.0  # seconds to wait for udev's /dev/zvol links on attach
 
@@ -318,6 +318,7 @@ def attach(dbg, configuration):
     zvoldev.wait_for_links([r["name"] for r in zfs.list_datasets(
         dataset, ["name"], types="volume")], LINK_TIMEOUT)
     srmetrics.start(dataset, row[meta.SR_UUID])
+    arcfloor.check(dataset, row[meta.SR_UUID])
     return dataset
 
 
