@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import statistics
 import sys
 import time
@@ -98,16 +97,17 @@ def pairs(default):
             ("8k-8g", "16k-8g")]
 
 
-def default_variant(zfs_version):
+def default_variant(version_text):
     """zfs-ng's default volblocksize on this one-disk pool under this
-    OpenZFS ("zfs-2.3.2-1"), as the plugin chooses it
-    (devconfig.default_volblocksize): "8k" or "16k"."""
+    OpenZFS (``zfs version``'s output: the module's line counts, as for
+    the plugin), as the plugin chooses it (devconfig.default_volblocksize):
+    "8k" or "16k"."""
     volume = os.path.join(HERE, "..", "..", "volume")
     if volume not in sys.path:
         sys.path.insert(0, volume)
+    from zfsng import zfs
     from zfsng_volume import devconfig
-    m = re.search(r"(\d+)\.(\d+)", zfs_version or "")
-    version = (int(m.group(1)), int(m.group(2))) if m else None
+    version = zfs.parse_version(version_text or "")
     return "%dk" % (devconfig.default_volblocksize(0, version) // 1024)
 
 
@@ -155,8 +155,7 @@ def run(ctx):
            "variants": names, "workloads": workloads,
            "domu_memory_mib": DOMU_MEMORY, "big": BIG,
            "big_workloads": BIG_WORKLOADS,
-           "default": default_variant(
-               common.run(["zfs", "version"]).split()[0])}
+           "default": default_variant(common.run(["zfs", "version"]))}
     with diskrig.arc_cap(diskrig.ARC_SMALL_BLOCKS) as cap:
         out["tuning"]["zfs_arc_max"] = cap.value
         bench = VmBench(ctx, names, plan_)

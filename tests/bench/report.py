@@ -792,21 +792,19 @@ def merge(out, directories):
         f.write("\n")
 
 
-MIGRATE_PARTS = ["by_size", "halted", "snapshots", "plain_copy", "full",
-                 "mirroring"]      # bench_migrate.PARTS
-
-
 def merge_migrate(out, directories, runs):
     """The migrate section from runs of some of its parts (main.py
     --parts): each part from the last run that ran it, with that run's
     date and ZFS version beside it (parts_from); the first run's
     conditions; the sum of the wall times."""
+    import bench_migrate        # its parts, named there only
+    parts = bench_migrate.PARTS
     merged = dict(runs[0])
     section = {}
     origin = {}
     for directory, run in zip(directories, runs):
         d = run["migrate"]
-        for name in MIGRATE_PARTS:
+        for name in parts:
             if d.get(name):
                 section[name] = d[name]     # a merged run keeps its origins
                 origin[name] = d.get("parts_from", {}).get(name) or {
@@ -815,8 +813,8 @@ def merge_migrate(out, directories, runs):
                     "cpus": run["conditions"].get("cpus"),
                     "zfs_version": run["conditions"]["zfs_version"]}
         for key, value in d.items():
-            if key not in MIGRATE_PARTS + ["parts", "wall_s", "parts_from",
-                                           "merged_from"]:
+            if key not in parts + ["parts", "wall_s", "parts_from",
+                                   "merged_from"]:
                 section.setdefault(key, value)
     versions = set(o["zfs_version"] for o in origin.values())
     if len(versions) != 1:

@@ -148,7 +148,9 @@ def test_txgs_kstat_is_read_by_its_header(tmp_path):
 
 
 @pytest.mark.parametrize("version,want", [
-    ("zfs-2.3.2-1", "8k"), ("zfs-2.1.15-1", "16k"), ("", "16k")])
+    ("zfs-2.3.2-1\nzfs-kmod-2.3.2-1\n", "8k"), ("zfs-2.1.15-1\n", "16k"),
+    ("zfs-2.3.2-1\nzfs-kmod-2.1.11-1\n", "16k"),   # the module runs
+    ("", "16k")])
 def test_the_default_variant_is_the_plugins_choice_for_one_disk(version,
                                                                 want):
     assert bench_vm_fio.default_variant(version) == want

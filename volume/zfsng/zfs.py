@@ -376,7 +376,12 @@ def version():
 def kernel_version():
     """(major, minor) of the loaded OpenZFS module, from ``zfs version``'s
     zfs-kmod line (the userland's if there is none), or None."""
-    out = zfs("version", retry_busy=False)
+    return parse_version(zfs("version", retry_busy=False))
+
+
+def parse_version(out):
+    """(major, minor) from ``zfs version``'s output: its zfs-kmod line,
+    the module that runs, else its userland line; None if neither."""
     found = [re.match(r"^zfs(-kmod)?-([0-9]+)\.([0-9]+)", line.strip())
              for line in out.splitlines()]
     found = sorted((m for m in found if m), key=lambda m: not m.group(1))
