@@ -6,7 +6,9 @@ gives back, so the kernel's reclaim keeps the ARC's target at its floor:
 it grows by 16 MiB while the target is over the floor by more than 8 MiB
 and MemAvailable is over 64 MiB, and gives 16 MiB back when MemAvailable
 falls under 48 MiB (the OOM killer must not pick the workload). Every
-second; writes its size in MiB to the file given, for the trace.
+second; writes its size in MiB to the file given, for the trace. The
+first tries showed that guard too loose: the ARC's target still rose to
+166-310 MiB (README).
 """
 
 import mmap
