@@ -474,30 +474,88 @@ def _named(item, names):
 
 
 def _beyond_check(config, items):
-    beyond = [i for i in items if _named(i, BEYOND_CHECK) or
-              (_named(i, ON_2_1_ONLY) and _series() != "2.1")]
+    beyond = [i for i in items if _named(i, BEYOND_CHECK)]
     if beyond:
         config.hook.pytest_deselected(items=beyond)
         items[:] = [i for i in items if i not in beyond]
 
 
+# Seconds of the slower tests the split gives to one version (session
+# 28's make check, one emulated vCPU each); any other counts SPLIT_OTHER.
+SPLIT_SECONDS = {
+    "test_cbt.py::test_incremental_backups_read_only_the_changed_blocks":
+        186,
+    "test_revert.py::test_a_disk_reverts_to_its_middle_snapshot_keeping_"
+    "everything": 158,
+    "test_migrate_from_v1.py::test_a_running_vms_disk_moves_in_from_a_"
+    "file_sr": 118,
+    "test_datapath.py::test_a_backup_and_a_copy_never_block_the_reset":
+        114,
+    "test_migrate_out.py::test_a_mirror_lost_after_complete_stops_the_"
+    "move": 107,
+    "test_tapdisk.py::test_a_non_persistent_disk_through_tapdisk_is_"
+    "reset_at_close": 93,
+    "test_tapdisk.py::test_a_snapshot_vdi_is_served_read_only_from_its_"
+    "clone": 80,
+    "test_import_into.py::test_a_replication_delta_lands_on_a_clone_of_"
+    "the_replica": 79,
+    "test_migrate_out.py::test_a_guest_rebooted_during_its_move_fails_the_"
+    "move": 79,
+    "test_iostats.py::test_guest_and_dom0_disks_are_named_to_the_iostat_"
+    "plugin": 78,
+    "test_tapdisk.py::test_a_guest_reads_and_writes_the_zvol_through_"
+    "tapdisk": 73,
+    "test_vdi_semantics.py::test_nothing_leaks": 56,
+    "test_revert.py::test_a_disk_a_vm_holds_open_is_not_reverted": 55,
+    "test_tapdisk.py::test_destroy_of_a_vdi_in_use_by_a_vm_is_refused": 54,
+    "test_sr_lifecycle.py::test_raidz1_cycle": 49,
+    "test_migrate_into.py::test_a_source_writes_the_disk_through_the_"
+    "attach_nbd_answer": 46,
+    "test_tapdisk.py::test_activate_readonly_opens_the_vdi_read_only": 47,
+    "test_tapdisk.py::test_a_tapdisk_killed_under_a_running_vm_is_"
+    "replaced": 47,
+    "test_migrate_out.py::test_a_disk_its_pool_cannot_guard_is_not_"
+    "mirrored": 44,
+    "test_sr_lifecycle.py::test_8k_blocks_on_2_1_wait_for_an_arc_floor_"
+    "of_256m": 44,
+    "test_vdi_semantics.py::test_vm_revert": 43,
+}
+SPLIT_OTHER = 25
+
+
+def _seconds(item):
+    where = os.path.basename(str(item.fspath))
+    return SPLIT_SECONDS.get("%s::%s" % (where, item.originalname),
+                             SPLIT_OTHER)
+
+
+def split(items, series):
+    """The items this version runs of make check's split: every test but
+    the ONE_VERSION ones, each given in the order collected to the version
+    with fewer SPLIT_SECONDS so far (ON_2_1_ONLY counting for 2.1), so
+    the two suites end together. Both versions compute the same split."""
+    load = {"2.1": 0, "2.3": 0}
+    keep, drop = [], []
+    for item in items:
+        if _named(item, ON_2_1_ONLY):
+            load["2.1"] += _seconds(item)
+            side = "2.1"
+        elif _one_version(item):
+            side = "2.1" if load["2.1"] <= load["2.3"] else "2.3"
+            load[side] += _seconds(item)
+        else:
+            side = series
+        (keep if side == series else drop).append(item)
+    return keep, drop
+
+
 def pytest_collection_modifyitems(config, items):
-    """The split of ONE_VERSION (see _halves): of those tests in the
-    order collected, 2.1 runs the first, third... and 2.3 the others."""
+    """make check's split (see _halves and split)."""
     _check_both_versions(items)
     if not _halves():
         return
     _beyond_check(config, items)
-    if not any(_one_version(i) for i in items):
-        return
-    mine = 0 if _series() == "2.1" else 1
-    keep, drop, n = [], [], 0
-    for item in items:
-        if _one_version(item) and not _named(item, ON_2_1_ONLY):
-            (keep if n % 2 == mine else drop).append(item)
-            n += 1
-        else:
-            keep.append(item)
+    keep, drop = split(items, _series())
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
 
