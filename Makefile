@@ -280,9 +280,9 @@ guest-install:
 	$(MAKE) -s install DESTDIR=/tmp/zfsng-root PLUGIN_PYTHON=$(GUEST_PYTHON) TEST_HOOKS=1
 	$(GUEST_PYTHON) -m compileall -q /tmp/zfsng-root$(PYTHON_SITELIB)
 
-# faults-quick is out of check for now: check takes about 40 minutes (its
-# guest suites about 36 side by side), and the campaign's 7 more would
-# take it over its 45. The real Xen VM
+# faults-quick is out of check for now: check took about 40 minutes (its
+# guest suites about 36 side by side) before session 28's slower machine
+# (73 there), and the campaign's 7 more would take it further over its 45. The real Xen VM
 # (make test-xen, about 16 minutes of guest time) is out of check for
 # now: with it check measured above its 45 minutes.
 check: check-host test-guests test-multihosts
