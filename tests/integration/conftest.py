@@ -433,7 +433,7 @@ BEYOND_CHECK = (
     # incremental backups and the block births on both versions
     "test_cbt.py::test_three_concurrent_backup_chains",
     # snapshots rolled with clones (133 s); make check keeps the point-in-
-    # time data of snapshots and clones and every crash sweep
+    # time data of snapshots and clones and the crash sweeps
     "test_vdi_semantics.py::test_rolling_snapshots_with_clones",
     # the reset beside a backup and a copy of a thick VDI (111 s); make
     # check keeps the same on a thin one
