@@ -326,21 +326,24 @@ BOTH_VERSIONS = (
 )
 
 
+def _ids(item):
+    """How the lists below name a test: "file.py::test", and with its
+    parameters "file.py::test[param]"."""
+    where = os.path.basename(str(item.fspath))
+    return "%s::%s" % (where, item.originalname), "%s::%s" % (where,
+                                                             item.name)
+
+
 def _one_version(item):
-    name = os.path.basename(str(item.fspath))
-    return name in ONE_VERSION and \
-        "%s::%s" % (name, item.originalname) not in BOTH_VERSIONS
+    return os.path.basename(str(item.fspath)) in ONE_VERSION and \
+        _ids(item)[0] not in BOTH_VERSIONS
 
 
 def _check_both_versions(items):
     """An entry of BOTH_VERSIONS, BEYOND_CHECK or ON_2_1_ONLY that names
     no test of a collected module (a test renamed) would quietly run once,
     or everywhere: refuse the run instead."""
-    seen = set()
-    for i in items:
-        where = os.path.basename(str(i.fspath))
-        seen.update(["%s::%s" % (where, i.originalname),
-                     "%s::%s" % (where, i.name)])
+    seen = set(n for i in items for n in _ids(i))
     modules = set(n.split("::")[0] for n in seen)
     lost = [n for n in BOTH_VERSIONS + BEYOND_CHECK + ON_2_1_ONLY
             if n.split("::")[0] in modules and n not in seen]
@@ -466,11 +469,8 @@ ON_2_1_ONLY = (
 
 
 def _named(item, names):
-    """Whether names holds the item: its module and function, or with
-    its parameters ("file.py::test[param]")."""
-    where = os.path.basename(str(item.fspath))
-    return "%s::%s" % (where, item.originalname) in names or \
-        "%s::%s" % (where, item.name) in names
+    """Whether names holds the item, with or without its parameters."""
+    return any(n in names for n in _ids(item))
 
 
 def _beyond_check(config, items):
@@ -524,9 +524,7 @@ SPLIT_OTHER = 25
 
 
 def _seconds(item):
-    where = os.path.basename(str(item.fspath))
-    return SPLIT_SECONDS.get("%s::%s" % (where, item.originalname),
-                             SPLIT_OTHER)
+    return SPLIT_SECONDS.get(_ids(item)[0], SPLIT_OTHER)
 
 
 def split(items, series):
