@@ -6,7 +6,6 @@ are deliberately narrower than what ZFS accepts: nothing that starts with
 ``-``, no white space, no shell metacharacters, no ``..``.
 """
 
-import hashlib
 import os
 import re
 
@@ -49,7 +48,10 @@ def new_uuid():
 def name_uuid(namespace, name):
     """The name-based (version 5, SHA-1) UUID of name in namespace (a
     UUID's text), as lowercase text: what ``uuid.uuid5`` gives, without
-    importing ``uuid`` (see new_uuid)."""
+    importing ``uuid`` (see new_uuid). hashlib is imported here, not at
+    the top: only content ids need it, and on a Python built without
+    OpenSSL it loads six extension modules in every plugin process."""
+    import hashlib
     digest = bytearray(hashlib.sha1(
         bytes.fromhex(namespace.replace("-", "")) +
         name.encode("utf-8")).digest()[:16])

@@ -12,7 +12,12 @@ for an option.
 
 import re
 
-from zfsng import errors, log, runner, sendstream
+from zfsng import errors, log, runner
+
+# sendstream (the stream parser, with blockmap, struct, zlib and base64) is
+# imported by the three send functions that use it, not here: every plugin
+# call is a new process that imports this module, and only CBT, compose
+# and a mirror's copy read a send stream.
 
 # stderr fragments -> error class. First match wins. The texts are those of
 # libzfs (lib/libzfs/libzfs_util.c zfs_standard_error), stable since 0.6.
@@ -313,6 +318,7 @@ def send_changes(base, target, bound=None):
             raise errors.InternalError("dataset name looks like an option:"
                                        " %r" % name)
     argv = ["zfs", "send", "-L", "-e", "-c", "-i", base, target]
+    from zfsng import sendstream
     result, found = runner.stream(argv, sendstream.writes_and_frees,
                                   bound=bound)
     if result.rc != 0:
@@ -328,6 +334,7 @@ def send_data(snapshot, bound=None):
         raise errors.InternalError("dataset name looks like an option: %r"
                                    % snapshot)
     argv = ["zfs", "send", "-L", "-e", "-c", snapshot]
+    from zfsng import sendstream
     result, found = runner.stream(argv, sendstream.writes_and_frees,
                                   bound=bound)
     if result.rc != 0:
@@ -346,6 +353,7 @@ def send_replay(base, snapshot, write, free, bound):
                                        " %r" % name)
     argv = ["zfs", "send", "-L"] + (["-i", base] if base else []) + \
         [snapshot]
+    from zfsng import sendstream
     result, written = runner.stream(
         argv, lambda read: sendstream.replay(read, write, free), bound=bound)
     if result.rc != 0:
