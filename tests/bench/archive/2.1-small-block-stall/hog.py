@@ -1,14 +1,19 @@
 """Memory pressure for probe.sh's "module" mode: a dom0 short of memory.
 
 The ARC keeps the module's own limits (cap RAM/2, floor RAM/32, 2.1's
-arc_meta_limit 3/4 of the cap); this process takes any memory the ARC
-gives back, so the kernel's reclaim keeps the ARC's target at its floor:
-it grows by 16 MiB while the target is over the floor by more than 8 MiB
-and MemAvailable is over 64 MiB, and gives 16 MiB back when MemAvailable
-falls under 48 MiB (the OOM killer must not pick the workload). Every
-second; writes its size in MiB to the file given, for the trace. The
-first tries showed that guard too loose: the ARC's target still rose to
-166-310 MiB (README).
+arc_meta_limit 3/4 of the cap); this process takes memory until the ARC
+itself sees none to grow into, so its target falls to its floor. Every
+second it grows by 16 MiB while the target is over the floor by more
+than 8 MiB, the ARC's own measure of the memory it may still take
+(arcstats memory_available_bytes: free and inactive file pages less
+arc_sys_free) is positive and MemAvailable is over 40 MiB; it gives 16 MiB
+back when MemAvailable falls under 32 MiB. Its oom_score_adj is 1000: if
+the kernel must kill, it kills the hog, not the workload. Writes its
+size in MiB to the file given, for the trace.
+
+Session 28's first version guarded on MemAvailable alone (grow over
+64 MiB, give back under 48): the kernel took the page cache first and
+the ARC's target still rose to 166-310 MiB (README).
 """
 
 import mmap
@@ -44,12 +49,15 @@ def grab():
 
 
 def main(out):
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000\n")
     held = []
     while True:
         avail = available()
-        if avail < 48 * MIB and held:
+        if avail < 32 * MIB and held:
             held.pop().close()
-        elif arc("c") > arc("c_min") + 8 * MIB and avail > 64 * MIB:
+        elif arc("c") > arc("c_min") + 8 * MIB and avail > 40 * MIB and \
+                arc("memory_available_bytes") > 0:
             held.append(grab())
         with open(out, "w") as f:
             f.write("%d\n" % (len(held) * STEP // MIB))

@@ -7,8 +7,9 @@
 # its floor (a dom0 short of memory; boot with run.sh --mem 2048 for a
 # 64 MiB floor). THROTTLE: run.sh's --throttle, 2.1's
 # 162:925668 unless given (2.3's: 137:782818). Every 20 s it appends the ARC's size,
-# target, metadata and eviction skips and the pool disks' read/write
-# counters to /results/trace.txt. A stall is the first hung-task report
+# target, metadata and eviction skips, the pool disks' read/write
+# counters, MemAvailable, the hog's size and the ARC's own room to grow
+# (memory_available_bytes) to /results/trace.txt. A stall is the first hung-task report
 # (a task blocked 120 s) plus 60 s: then (or at LIMIT_S, whichever is
 # first, or once the host makes /results/stop) it saves the blocked tasks
 # (sysrq w), dmesg and arcstats, writes /results/verdict.txt and makes
@@ -36,7 +37,7 @@ disks() {  # reads and writes completed on the pool disks
 avail() { awk '$1 == "MemAvailable:" {print int($2 / 1024)}' /proc/meminfo; }
 echo 0 > /tmp/hog-mib
 echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
-    "avail_MiB hog_MiB" > /results/trace.txt
+    "avail_MiB hog_MiB arc_room_MiB" > /results/trace.txt
 (
     seen=
     while :; do
@@ -44,7 +45,8 @@ echo "t_s size_MiB c_MiB meta_MiB meta_limit_MiB evict_skip disk_r disk_w" \
         echo "$t $(( $(arc size) >> 20 )) $(( $(arc c) >> 20 ))" \
             "$(( $(arc arc_meta_used) >> 20 ))" \
             "$(( $(arc arc_meta_limit) >> 20 )) $(arc evict_skip) $(disks)" \
-            "$(avail) $(cat /tmp/hog-mib)"
+            "$(avail) $(cat /tmp/hog-mib)" \
+            "$(( $(arc memory_available_bytes) >> 20 ))"
         if [ -z "$seen" ] && dmesg | grep -q "blocked for more than"; then
             seen=$t
         fi
