@@ -64,13 +64,21 @@ def leaves(pool):
 
 def pools_on(disks):
     """Names of imported pools using any of the given disks."""
-    real = set(os.path.realpath(d) for d in disks)
-    found = set()
+    return set().union(*pools_by_disk(disks).values())
+
+
+def pools_by_disk(disks):
+    """{disk: names of the imported pools using it}, from one listing of
+    each pool's leaves (each command costs a good part of a second under
+    emulation)."""
+    real = dict((d, os.path.realpath(d)) for d in disks)
+    found = dict((d, set()) for d in disks)
     for pool in sh("zpool", "list", "-H", "-o", "name").split():
         for leaf in leaves(pool):
             path = os.path.realpath(leaf)
-            if any(path.startswith(r) for r in real):
-                found.add(pool)
+            for disk, where in real.items():
+                if path.startswith(where):
+                    found[disk].add(pool)
     return found
 
 
@@ -191,8 +199,9 @@ def disk_state(disks):
     ZFS rewrites the uberblocks in its labels (first 512 KiB) every txg.
     """
     state = {}
+    in_pools = pools_by_disk(disks)
     for disk in disks:
-        pools = pools_on([disk])
+        pools = in_pools[disk]
         if pools:
             head = "pool %s" % ",".join(sorted(pools))
         else:
