@@ -34,6 +34,12 @@ VPY           := $(VENV)/bin/python
 # interpreter, from its own venv (pytest 7.0 is the last for 3.6).
 VENV36        ?= .venv36
 VPY36         := $(VENV36)/bin/python
+# What rules depend on: a stamp each venv's rule touches once its tools
+# are in, not its bin/python, a symlink to the interpreter it was made
+# from (touching it touched that interpreter: pyenv's 3.6, whose mtime
+# keys the guest's cached image of it, rebuilt at every new venv).
+VREADY        := $(VENV)/.ready
+VREADY36      := $(VENV36)/.ready
 PY36_PREFIX    = $(shell bash tests/guest/python36.sh)
 GUEST         := tests/guest/run.sh
 ZFS           ?= 2.3
@@ -132,42 +138,42 @@ rpm: rpm-tools
 	@ls $(RPM_TOPDIR)/RPMS/*/*.rpm
 
 test-rpm: RPM_TOOLS += rpmlint:rpmlint
-test-rpm: rpm $(VPY)
+test-rpm: rpm $(VREADY)
 	ZFSNG_RPM=$(RPM_FILE) $(VPY) -m pytest -q tests/packaging
 
 # --- test tools, installed by the project itself ----------------------------
-$(VPY): tests/requirements.txt
+$(VREADY): tests/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -r tests/requirements.txt
-	touch $(VPY)
+	touch $@
 
-$(VPY36): tests/requirements-py36.txt
+$(VREADY36): tests/requirements-py36.txt
 	"$(PY36_PREFIX)/bin/python3.6" -m venv --clear $(VENV36)
 	$(VPY36) -m pip install -q --upgrade "pip<22"
 	$(VPY36) -m pip install -q -r tests/requirements-py36.txt
-	touch $(VPY36)
+	touch $@
 
-deps: $(VPY) $(VPY36)
+deps: $(VREADY) $(VREADY36)
 
 # --- tests ---------------------------------------------------------------------
-test-unit: $(VPY)
+test-unit: $(VREADY)
 	PYTHONPATH=volume $(VPY) -m pytest -q tests/unit
 
-test-protocol: $(VPY)
+test-protocol: $(VREADY)
 	PYTHONPATH=volume $(VPY) -m pytest -q tests/protocol
 
 # The same under CPython 3.6: the tests themselves, and the executables
 # they install (PLUGIN_PYTHON, read by `make install`).
-test-unit-py36: $(VPY36)
+test-unit-py36: $(VREADY36)
 	PYTHONPATH=volume PLUGIN_PYTHON="$(PY36_PREFIX)/bin/python3.6" \
 	    $(VPY36) -m pytest -q tests/unit
 
-test-protocol-py36: $(VPY36)
+test-protocol-py36: $(VREADY36)
 	PYTHONPATH=volume PLUGIN_PYTHON="$(PY36_PREFIX)/bin/python3.6" \
 	    $(VPY36) -m pytest -q tests/protocol
 
-lint-py36: $(VPY)
+lint-py36: $(VREADY)
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- volume datapath plugins \
 	    tests/integration tests/xen tests/demo.py tests/bench tests/plugin_client.py \
 	    tests/migration_util.py tests/rrdv2.py \
@@ -373,7 +379,7 @@ BENCH_OUT  ?= build/bench
 BENCH_ARGS ?=
 BENCH_DISK := /dev/disk/by-id/virtio-zfsng-d1
 
-$(VENV)/.bench-tools: tests/requirements-bench.txt $(VPY)
+$(VENV)/.bench-tools: tests/requirements-bench.txt $(VREADY)
 	$(VPY) -m pip install -q -r tests/requirements-bench.txt
 	touch $@
 
