@@ -61,7 +61,7 @@ import time
 
 from zfsng import attachstate, errors, lock, log, names, runfiles, runner, \
     spaceguard, wire
-from zfsng_datapath import nbd, scope, state, tapctl, uri as urimod
+from zfsng_datapath import scope, state, tapctl, uri as urimod
 from zfsng_datapath.errors import MirrorFailed, NotAttached
 
 DIR = attachstate.RUN_DIR + "-mirror"
@@ -79,8 +79,11 @@ KEEP = 24 * 3600        # seconds a finished job's files are kept
 # goes on, gone (DP.destroy) just before xenopsd moves the VM.
 SENDING = urimod.DOM0_PREFIX + "mirror_"
 # How long Datapath.deactivate waits for a job to end once tapdisk closed
-# its secondary: the relay's replies still due (nbd.TIMEOUT) and a flush.
-END_WAIT = nbd.TIMEOUT + 30
+# its secondary: the relay's replies still due (nbd.TIMEOUT, 60 s) and a
+# flush. A number, not nbd.TIMEOUT + 30: every Datapath call loads this
+# module and only Data.mirror needs nbd's sockets (a unit test holds the
+# two together).
+END_WAIT = 90
 END_POLL = 0.2
 
 
@@ -299,6 +302,7 @@ def mirror(dbg, uri, domain, remote):
     if target.snapshot is not None or urimod.is_dom0(domain):
         raise errors.InvalidArgument(
             "Data.mirror: %s in domain %s is no VM's disk" % (uri, domain))
+    from zfsng_datapath import nbd      # only here: see END_WAIT
     nbd.parse_uri(remote)
     job = _new_job(target, uri, domain, remote)
     scope.check(target)

@@ -130,6 +130,19 @@ def test_the_common_calls_load_no_send_stream_parser_and_no_hashlib(
         assert heavy not in modules
 
 
+@pytest.mark.parametrize("method", [
+    "Datapath.attach", "Datapath.activate", "Datapath.deactivate",
+    "Datapath.detach", "Datapath.open", "Datapath.close",
+])
+def test_the_datapath_calls_load_no_nbd_client(method):
+    """Only a mirror's start and its job speak NBD: the other Datapath
+    calls need no sockets nor URL parsing (each module a call loads costs
+    it tens of milliseconds under emulation)."""
+    _, modules = _loads("zfsng_datapath", method)
+    for heavy in ("zfsng_datapath.nbd", "socket", "urllib.parse"):
+        assert heavy not in modules
+
+
 def _loads(package, method):
     """(the module of method's function, every module loaded) in a new
     interpreter after the entry point's dispatch for method."""

@@ -414,6 +414,12 @@ def test_a_failure_before_complete_is_answered_not_raised(spawned):
     assert answer["failed"] and not answer["complete"]
 
 
+def test_deactivate_waits_out_the_relays_replies_and_a_flush():
+    """END_WAIT is a number so that the Datapath calls need not load nbd
+    (its sockets); it must still cover the relay's last reply due."""
+    assert mirror.END_WAIT == nbd.TIMEOUT + 30
+
+
 def mirrored(host, vol, monkeypatch, phase):
     """A job mirroring vol's disk for the guest, that Data.stat said was
     complete; its process stood for by a live pid."""
