@@ -182,7 +182,7 @@ lint-py36: $(VREADY)
 # GUEST_SPLIT=none runs every test on the version (ZFSNG_GUEST_SPLIT in
 # tests/integration/conftest.py: by default the tests whose outcome does
 # not depend on the version run on one of the two, and each crash sweep
-# plays a quarter of its points on 2.1 and another quarter on 2.3).
+# plays an eighth of its points on 2.1 and another eighth on 2.3).
 GUEST_SPLIT   ?=
 # The bound on one version's suite: they took 2153 s (2.1) and 2206 s
 # (2.3) side by side in a clean clone's check (session 16), 3641 s and
