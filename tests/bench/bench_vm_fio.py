@@ -385,16 +385,20 @@ class VmBench(object):
 def zfs_counters(pool):
     """What OpenZFS counted so far, for zfs_delta: the ZIL's kstat
     (/proc/spl/kstat/zfs/zil, every numeric field: the names differ
-    between 2.1 and 2.3), the pool's transaction groups
+    between 2.1 and 2.3), the DMU's transactions' (dmu_tx: why a write
+    waited for a new txg, e.g. dmu_tx_quota, dmu_tx_group, the dirty
+    throttle's), the pool's transaction groups
     (/proc/spl/kstat/zfs/<pool>/txgs: the last zfs_txg_history of them:
-    each one's dirty bytes when its sync began, and the pool's bytes
-    read and written while it synced). A counter that cannot be read is left out, never fatal: the run's
+    each one's dirty bytes when its sync began, the pool's bytes read
+    and written while it synced, and how long it was open and synced).
+    A counter that cannot be read is left out, never fatal: the run's
     own figures do not depend on it."""
     out = {}
-    try:
-        out["zil"] = _kstat("/proc/spl/kstat/zfs/zil")
-    except (OSError, ValueError):
-        pass
+    for name in ("zil", "dmu_tx"):
+        try:
+            out[name] = _kstat("/proc/spl/kstat/zfs/" + name)
+        except (OSError, ValueError):
+            pass
     try:
         out["txgs"] = _txgs("/proc/spl/kstat/zfs/%s/txgs" % pool)
     except (OSError, ValueError):
@@ -413,7 +417,10 @@ def _kstat(path):
     return out
 
 
-TXG_FIELDS = ("ndirty", "nread", "nwritten", "reads", "writes")
+# otime, qtime, wtime, stime: nanoseconds open, quiescing, waiting to
+# sync and syncing
+TXG_FIELDS = ("ndirty", "nread", "nwritten", "reads", "writes", "otime",
+              "qtime", "wtime", "stime")
 
 
 def _txgs(path):
@@ -435,14 +442,16 @@ def _txgs(path):
 
 
 def zfs_delta(before, after, moved):
-    """The counters' change over one run (and its flush), per guest
-    byte where a byte count: the ZIL's bytes and commits, the txgs that
-    synced in the run (count, dirty bytes, bytes written and read, the
-    guest's writes each carried). moved: the guest's bytes."""
+    """The counters' change over one run (and its flush): the ZIL's
+    bytes and commits, the DMU's transaction counts, and the sums over
+    the txgs that synced in the run (count, dirty bytes, bytes written
+    and read, nanoseconds open and syncing). moved: the guest's
+    bytes."""
     out = {}
-    if "zil" in before and "zil" in after:
-        out["zil"] = dict((k, after["zil"][k] - before["zil"].get(k, 0))
-                          for k in after["zil"])
+    for name in ("zil", "dmu_tx"):
+        if name in before and name in after:
+            out[name] = dict((k, after[name][k] - before[name].get(k, 0))
+                             for k in after[name])
     if "txgs" in before and "txgs" in after:
         synced = [t for t, row in after["txgs"].items()
                   if row["state"] == "C"
@@ -603,6 +612,7 @@ BREAKDOWN = [
     ("written", "disk written / guest byte"),
     ("zil", "of which ZIL blocks"), ("rest", "the rest (txg syncs)"),
     ("rest_per_txg", "the rest, KiB / txg"),
+    ("open_ms", "ms open / txg"), ("sync_ms", "ms syncing / txg"),
     ("read", "disk read / guest byte"),
 ]
 
@@ -636,7 +646,17 @@ def breakdown_of(run):
             "rest": rest / moved if rest is not None else None,
             "rest_per_txg": (rest / 1024.0 / count
                              if count and rest is not None else None),
+            "open_ms": _txg_ms(txgs, "otime"),
+            "sync_ms": _txg_ms(txgs, "stime"),
             "read": run["disk_read_per_byte"]}
+
+
+def _txg_ms(txgs, field):
+    """The txgs' mean of a txgs kstat time (ns) in ms; None if not
+    counted (results taken before it was)."""
+    if not txgs.get("count") or field not in txgs:
+        return None
+    return txgs[field] / 1e6 / txgs["count"]
 
 
 def breakdown(s):
@@ -653,7 +673,11 @@ def breakdown(s):
              "the run and its flush (the pool's txgs kstat), the guest "
              "writes each carried, the dirty bytes each had when its "
              "sync began (every dirtied block counts its full size, a "
-             "128K indirect block too) and the rest's KiB per txg. The "
+             "128K indirect block too), the rest's KiB per txg and how "
+             "long a txg was open and synced (a txg sync that starts "
+             "before zfs_txg_timeout and below zfs_dirty_data_sync_"
+             "percent was started by something else: results.json "
+             "keeps the dmu_tx kstat's counts per run). The "
              "VHD file is on the same pool (no ZIL: its dataset keeps "
              "sync=standard and tapdisk never flushes); the VHD on ext4 "
              "has no ZFS counters.", "",
@@ -674,7 +698,8 @@ def breakdown(s):
                     continue
                 m = statistics.median(vals)
                 cells.append("%.0f" % m if key in (
-                    "ios", "txgs", "dirty_per_txg", "rest_per_txg")
+                    "ios", "txgs", "dirty_per_txg", "rest_per_txg",
+                    "open_ms", "sync_ms")
                     else "%.1f" % m if key == "per_txg" else "%.2f" % m)
             lines.append("| %s | %s | %s |" % (w, v, " | ".join(cells)))
     return lines
