@@ -243,8 +243,8 @@ def plays(n):
     every sweep between them (the unit tests kill every call after every
     command on the fake; make test-guests-all plays every point on both).
     Each version played half of them until session 28, then a quarter
-    until session 30, cut as the machine CI runs on slowed: an eighth
-    keeps make check near its 45 minutes there."""
+    until session 30, cut as the machine CI runs on slowed (make
+    check's figures: TESTING.md)."""
     if not _halves():
         return True
     return n % 8 == (1 if _series() == "2.1" else 5)
