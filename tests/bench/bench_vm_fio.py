@@ -382,6 +382,10 @@ class VmBench(object):
 
 # --- where the disk bytes go: OpenZFS's own counters ----------------------
 
+# the module-wide named kstats zfs_counters reads and zfs_delta subtracts
+KSTATS = ("zil", "dmu_tx")
+
+
 def zfs_counters(pool):
     """What OpenZFS counted so far, for zfs_delta: the ZIL's kstat
     (/proc/spl/kstat/zfs/zil, every numeric field: the names differ
@@ -394,7 +398,7 @@ def zfs_counters(pool):
     A counter that cannot be read is left out, never fatal: the run's
     own figures do not depend on it."""
     out = {}
-    for name in ("zil", "dmu_tx"):
+    for name in KSTATS:
         try:
             out[name] = _kstat("/proc/spl/kstat/zfs/" + name)
         except (OSError, ValueError):
@@ -448,7 +452,7 @@ def zfs_delta(before, after, moved):
     and read, nanoseconds open and syncing). moved: the guest's
     bytes."""
     out = {}
-    for name in ("zil", "dmu_tx"):
+    for name in KSTATS:
         if name in before and name in after:
             out[name] = dict((k, after[name][k] - before[name].get(k, 0))
                              for k in after[name])
@@ -639,24 +643,24 @@ def breakdown_of(run):
     count = txgs.get("count")
     return {"ios": run["ios"], "txgs": count,
             "per_txg": run["ios"] / float(count) if count else None,
-            "dirty_per_txg": (txgs["ndirty"] / 1024.0 / count
-                              if count else None),
+            "dirty_per_txg": _per_txg(txgs, "ndirty", 1024.0),
             "written": run["disk_written_per_byte"],
             "zil": zil_bytes / moved if zil_bytes is not None else None,
             "rest": rest / moved if rest is not None else None,
             "rest_per_txg": (rest / 1024.0 / count
                              if count and rest is not None else None),
-            "open_ms": _txg_ms(txgs, "otime"),
-            "sync_ms": _txg_ms(txgs, "stime"),
+            "open_ms": _per_txg(txgs, "otime", 1e6),
+            "sync_ms": _per_txg(txgs, "stime", 1e6),
             "read": run["disk_read_per_byte"]}
 
 
-def _txg_ms(txgs, field):
-    """The txgs' mean of a txgs kstat time (ns) in ms; None if not
-    counted (results taken before it was)."""
+def _per_txg(txgs, field, unit):
+    """A txgs kstat field's mean over the run's txgs, in units (1024.0:
+    bytes to KiB; 1e6: ns to ms); None if no txg synced or the field was
+    not kept (results taken before it was)."""
     if not txgs.get("count") or field not in txgs:
         return None
-    return txgs[field] / 1e6 / txgs["count"]
+    return txgs[field] / unit / txgs["count"]
 
 
 def breakdown(s):
